@@ -1,0 +1,33 @@
+# Two commands: `make run` and `make test`. Both set up .venv from scratch when needed.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: run setup test lint bench clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "Python 3.11 is required ($(PYTHON) not found)"; exit 1; }
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	@$(PY) -m skald.launcher
+
+test: $(STAMP)
+	@$(PY) -m skald.testrun
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy loop skald approvals proposals audit
+
+bench: $(STAMP)
+	@$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) var

@@ -1,0 +1,69 @@
+"""Audit kinds: one enumeration in numbered bands, each with a stable dotted label.
+
+Bands: 1xx system and audit itself, 2xx loop sessions/exchanges/events, 3xx tool calls, 4xx
+approvals, 5xx cases and runs, 6xx proposals and knowledge, 7xx policy (hooks, budgets).
+The kernel names kinds by label (it cannot import this module); :func:`kind_for_label` maps them
+and fails loudly on an unknown label.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class AuditKind(models.IntegerChoices):
+    # 1xx system
+    CHAIN_HEAD_RECORDED = 100, "audit.head_recorded"
+    DEMO_SEEDED = 110, "system.demo_seeded"
+    ROLE_GRANTED = 120, "system.role_granted"
+    # 2xx loop
+    SESSION_CREATED = 200, "loop.session.created"
+    EXCHANGE_ADMITTED = 210, "loop.exchange.admitted"
+    EXCHANGE_PARKED = 211, "loop.exchange.parked"
+    EXCHANGE_SETTLED = 212, "loop.exchange.settled"
+    EXCHANGE_BROKEN = 213, "loop.exchange.broken"
+    EXCHANGE_CANCEL_REQUESTED = 214, "loop.exchange.cancel_requested"
+    EXCHANGE_RESUMED = 215, "loop.exchange.resumed"
+    TURN_ENDED = 220, "loop.turn.ended"
+    EVENT_APPENDED = 230, "loop.event.appended"
+    FRAME_OPENED = 240, "loop.frame.opened"
+    FRAME_CLOSED = 241, "loop.frame.closed"
+    SCRATCHPAD_SET = 250, "loop.scratchpad.set"
+    # 3xx tool calls
+    TOOL_CALL_PLANNED = 300, "loop.tool_call.planned"
+    TOOL_CALL_TRANSITION = 301, "loop.tool_call.transition"
+    # 4xx approvals
+    GATE_DECISION = 400, "approvals.gate.decision"
+    APPROVAL_REQUESTED = 401, "approvals.approval.requested"
+    APPROVAL_RESOLVED = 402, "approvals.approval.resolved"
+    APPROVAL_EXPIRED = 403, "approvals.approval.expired"
+    RULE_CHANGED = 410, "approvals.rule.changed"
+    GROUP_CHANGED = 411, "approvals.group.changed"
+    KNOWN_TOOL_RECORDED = 420, "approvals.known_tool.recorded"
+    # 5xx cases and runs
+    CASE_CREATED = 500, "skald.case.created"
+    CASE_UPDATED = 501, "skald.case.updated"
+    RUN_LAUNCHED = 510, "skald.run.launched"
+    RUN_STATUS_CHANGED = 511, "skald.run.status_changed"
+    RUN_HANDOFF_DECIDED = 512, "skald.run.handoff_decided"
+    RUN_BACK_REFERRED = 513, "skald.run.back_referred"
+    AGENT_CHANGED = 520, "skald.agent.changed"
+    # 6xx proposals and knowledge
+    PROPOSAL_CAPTURED = 600, "proposals.proposal.captured"
+    PROPOSAL_ACCEPTED = 601, "proposals.proposal.accepted"
+    PROPOSAL_REJECTED = 602, "proposals.proposal.rejected"
+    KNOWLEDGE_VERSIONED = 610, "proposals.knowledge.versioned"
+    # 7xx policy
+    HOOK_DENIED = 700, "policy.hook.denied"
+    BUDGET_ACCOUNTING_INCOMPLETE = 710, "policy.budget.accounting_incomplete"
+
+
+_BY_LABEL = {kind.label: kind for kind in AuditKind}
+
+
+def kind_for_label(label: str) -> AuditKind:
+    """The kind whose dotted label is ``label``; ``KeyError`` names the unknown label."""
+    try:
+        return _BY_LABEL[label]
+    except KeyError:
+        raise KeyError(f"unknown audit kind label {label!r}") from None

@@ -1,0 +1,179 @@
+"""Writes to the audit log. :func:`audit_append` is the only code that ever creates a row.
+
+A single chain is a global serialisation point: every audited change in the deployment passes
+through one lock. Keeping ``audit_append`` the only entry means partitioning the chain later (one
+chain per tenant, say) changes this module and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from audit import chain
+from audit.actors import Actor
+from audit.kinds import AuditKind
+from audit.models import ActorType, AuditEvent, ChainHead
+from audit.selectors import audit_rows_in_chain_order, chain_head_latest, chain_heads, chain_tip
+from skald.core import clock
+from skald.core.errors import NotFound
+
+# pg_advisory_xact_lock key for appends: "skald" in ASCII, chain number 1. Any change is a
+# deployment-wide event (old and new writers would stop excluding each other).
+CHAIN_LOCK_KEY = 0x736B616C64_0001
+CHAIN_SUBJECT = ("audit.chain", "main")
+_FIELD_MAX = 64  # the model's CharField lengths; SQLite would not enforce them, PostgreSQL would
+
+
+class AuditOutsideTransaction(RuntimeError):
+    """``audit_append`` was called in autocommit: the row could outlive a rolled-back change."""
+
+
+def _require_short(name: str, value: str) -> None:
+    if not value or len(value) > _FIELD_MAX:
+        raise ValueError(f"audit {name} must be 1 to {_FIELD_MAX} characters, got {len(value)}")
+
+
+def _serialise_appends() -> None:
+    """Hold the chain's write lock until the caller's transaction ends.
+
+    PostgreSQL: an advisory transaction lock, taken before the head is read, so two writers never
+    both extend the same head. SQLite: the connection begins every transaction IMMEDIATE, so the
+    database-wide write lock is already held. Elsewhere the unique ``seq`` is the last line: a
+    racing writer fails loudly instead of forking the chain.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CHAIN_LOCK_KEY])
+
+
+def _now() -> datetime:
+    # datetime holds microseconds at most, exactly what SQLite and PostgreSQL store, so the time
+    # hashed here is the time read back by the verifier.
+    moment = clock.now()
+    if moment.tzinfo is None:
+        raise ValueError("the clock returned a naive datetime")
+    return moment.astimezone(UTC)
+
+
+def audit_append(
+    *,
+    actor: Actor,
+    kind: AuditKind,
+    subject_type: str,
+    subject_id: str | int,
+    payload: Mapping[str, Any],
+) -> AuditEvent:
+    """Append one row to the chain inside the caller's transaction.
+
+    The row commits or rolls back with the change it records. Call it late in the service's
+    atomic block: the chain lock is held from here until that transaction ends, and every other
+    audited write in the deployment waits for it.
+
+    Raises:
+        AuditOutsideTransaction: no transaction is open.
+        ValueError / TypeError: an unknown kind, an over-long field, a payload that is not JSON.
+    """
+    if not connection.in_atomic_block:
+        raise AuditOutsideTransaction("audit_append must run inside the transaction it records")
+    kind = AuditKind(kind)
+    subject_id = str(subject_id)
+    if actor.type not in ActorType.values:
+        raise ValueError(f"unknown actor type {actor.type!r}")
+    for name, value in (("actor id", actor.id), ("subject_type", subject_type), ("subject_id", subject_id)):
+        _require_short(name, value)
+    if not isinstance(payload, Mapping):
+        raise TypeError(f"audit payload must be a mapping, got {type(payload).__name__}")
+    # Canonicalise before taking the lock: a bad payload fails without holding up other writers.
+    body = chain.canonical_json(dict(payload))
+
+    _serialise_appends()
+    tip_seq, tip_hash = chain_tip()
+    fields: dict[str, Any] = {
+        "seq": tip_seq + 1,
+        "time": _now(),
+        "actor_type": str(actor.type),
+        "actor_id": actor.id,
+        "kind": int(kind),
+        "subject_type": subject_type,
+        "subject_id": subject_id,
+        "payload": body,
+        "prev_hash": tip_hash,
+    }
+    return AuditEvent.objects.create(**fields, hash=chain.row_hash(**fields))
+
+
+def chain_head_record(*, actor: Actor) -> ChainHead:
+    """Record the current head (seq + hash), HMAC-signed when ``SKALD_AUDIT_KEY`` is set.
+
+    Opens its own durable transaction: a head must not be recorded inside a change that could
+    still roll back.
+
+    Order: the CHAIN_HEAD_RECORDED row is appended first and the head recorded is that row. The
+    head thus covers its own recording, so cutting even that last row off is detected, and a
+    head never points at seq 0 of an empty chain. The reverse order (record, then append) would
+    leave every head one row behind the event that documents it. Both writes share one
+    transaction under the chain lock, so no other append can slip between them.
+    """
+    key = settings.SKALD_AUDIT_KEY
+    with transaction.atomic(durable=True):
+        event = audit_append(
+            actor=actor,
+            kind=AuditKind.CHAIN_HEAD_RECORDED,
+            subject_type=CHAIN_SUBJECT[0],
+            subject_id=CHAIN_SUBJECT[1],
+            payload={"signed": bool(key)},
+        )
+        signature = (
+            chain.head_signature(key, seq=event.seq, hash=event.hash, recorded_at=event.time) if key else ""
+        )
+        return ChainHead.objects.create(
+            seq=event.seq, hash=event.hash, recorded_at=event.time, signature=signature
+        )
+
+
+def chain_head_export(*, head: ChainHead | None = None) -> dict[str, Any]:
+    """``{seq, hash, recorded_at, signature}`` of ``head`` (default: the latest recorded head).
+
+    Keep it outside the database: ``verify_chain --head FILE`` then detects a tail truncated
+    together with the heads table. ``signature`` is ``None`` when no key was configured.
+
+    Raises:
+        NotFound: no head has been recorded yet.
+    """
+    head = head or chain_head_latest()
+    if head is None:
+        raise NotFound("No chain head has been recorded yet.", code="no_chain_head")
+    return {
+        "seq": head.seq,
+        "hash": head.hash,
+        "recorded_at": chain.format_time(head.recorded_at),
+        "signature": head.signature or None,
+    }
+
+
+def chain_head_export_latest() -> dict[str, Any] | None:
+    """The latest recorded head as exported, or ``None`` before the first recording."""
+    latest = chain_head_latest()
+    return chain_head_export(head=latest) if latest is not None else None
+
+
+def chain_verify(*, exported_head: Mapping[str, Any] | None = None) -> chain.VerifyReport:
+    """Verify the whole chain against every recorded head (and ``exported_head`` if given).
+
+    Runs in autocommit, not in a transaction: on SQLite a transaction would take the write lock
+    and stall every writer for the length of the scan. Heads are read before rows, so any head
+    seen has its row committed and a concurrent append only lengthens the chain being read.
+
+    Raises:
+        ValueError: ``exported_head`` is malformed.
+    """
+    heads: list[chain.HeadLike] = list(chain_heads())
+    if exported_head is not None:
+        heads.append(chain.ExportedHead.parse(exported_head))
+    key = settings.SKALD_AUDIT_KEY or None
+    return chain.verify_rows(audit_rows_in_chain_order(), heads, key=key)

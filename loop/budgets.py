@@ -1,0 +1,48 @@
+"""Token budgets (SPEC L15): reserved from the root, one call may overshoot, unknown spend refuses.
+
+One :class:`DispatchAuthority` is owned by the root of an exchange and shared by every child
+frame, so a delegate can never dispatch around its parent's budget.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+
+class BudgetRefused(Exception):
+    """Admission refused: the budget is spent, or an earlier call's spend is unknown."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class DispatchAuthority:
+    budget_tokens: int | None = None
+    spent_tokens: int = 0
+    accounting_incomplete: bool = False
+    calls: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def admit(self) -> None:
+        """Short admission under the lock; raises :class:`BudgetRefused`."""
+        with self._lock:
+            if self.accounting_incomplete:
+                raise BudgetRefused("accounting_incomplete")
+            if self.budget_tokens is not None and self.spent_tokens >= self.budget_tokens:
+                raise BudgetRefused("budget_spent")
+            self.calls += 1
+
+    def settle(self, input_tokens: int | None, output_tokens: int | None) -> None:
+        """Record a call's actual usage; a call without usage makes the authority refuse from now on."""
+        with self._lock:
+            if input_tokens is None or output_tokens is None:
+                self.accounting_incomplete = True
+                return
+            self.spent_tokens += input_tokens + output_tokens
+
+    @property
+    def exceeded(self) -> bool:
+        return self.budget_tokens is not None and self.spent_tokens >= self.budget_tokens

@@ -1,0 +1,93 @@
+"""The one provider-dispatch seam (SPEC L8). Every provider call, parent or child, passes here:
+root-owned admission under a lock, cancellation rechecked just before the send, streaming with
+live deltas, per-call token metering."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from loop.budgets import DispatchAuthority
+from loop.cancellation import CancelToken
+from loop.errors import HarnessError, ProviderError
+from loop.providers.base import (
+    AssembledTurn,
+    AssistantMessage,
+    LlmProvider,
+    ProviderRequest,
+    TextDelta,
+    ToolResultMessage,
+    apply_delta,
+    finish_fold,
+)
+
+
+class DispatchCanceled(Exception):
+    """Cancellation observed at the seam (before the send or while streaming)."""
+
+
+def request_bytes(request: ProviderRequest) -> int:
+    """A cheap, conservative size of the request's text content."""
+    size = len(request.system.encode("utf-8"))
+    for message in request.messages:
+        size += len(message.content.encode("utf-8")) + 16
+        if isinstance(message, AssistantMessage):
+            size += sum(len(c.arguments.encode("utf-8")) + len(c.name) + len(c.id) for c in message.tool_calls)
+        elif isinstance(message, ToolResultMessage):
+            size += len(message.call_id)
+    for tool in request.tools:
+        size += len(tool.name) + len(tool.description) + 64 + len(str(tool.parameters))
+    return size
+
+
+def dispatch(
+    provider: LlmProvider,
+    request: ProviderRequest,
+    *,
+    authority: DispatchAuthority,
+    cancel: CancelToken,
+    request_cap: int,
+    on_text: Callable[[str], None] | None = None,
+) -> AssembledTurn:
+    """Admit, send, stream and meter one provider call.
+
+    Raises:
+        BudgetRefused: the authority refuses (spent, or accounting incomplete).
+        DispatchCanceled: the token was cancelled before or during the call.
+        ProviderError: the provider failed after admission.
+        HarnessError: the request is over ``request_cap``.
+    """
+    size = request_bytes(request)
+    if size > request_cap:
+        raise HarnessError(f"request of ~{size} bytes is over the {request_cap}-byte cap", code="request_too_large")
+    authority.admit()
+    if cancel.cancelled:  # rechecked immediately before the send
+        raise DispatchCanceled(cancel.reason)
+    turn = AssembledTurn()
+    parts: list[str] = []
+    calls: dict[int, dict[str, str]] = {}
+    stream = provider.stream(request, cancel=cancel)
+    try:
+        for delta in stream:
+            if cancel.cancelled:
+                raise DispatchCanceled(cancel.reason)
+            apply_delta(turn, parts, calls, delta)
+            if on_text is not None and isinstance(delta, TextDelta) and delta.text:
+                on_text(delta.text)
+    except ProviderError:
+        authority.settle(None, None)
+        if cancel.cancelled:
+            raise DispatchCanceled(cancel.reason) from None
+        raise
+    except DispatchCanceled:
+        authority.settle(None, None)
+        raise
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()  # dropping the stream cancels the request
+    finish_fold(turn, parts, calls)
+    if not turn.ended:
+        authority.settle(None, None)
+        raise ProviderError("the stream ended without a message end", code="provider_incomplete")
+    authority.settle(turn.input_tokens, turn.output_tokens)
+    return turn

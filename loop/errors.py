@@ -1,0 +1,51 @@
+"""The kernel's error families.
+
+``LoopError`` is for infrastructure and contract breaches only (SPEC L3): a turn cap or a
+cancellation is an *outcome*, never an exception. ``ToolError`` is model-visible: the pipeline turns
+it into an error tool result that the model reads.
+"""
+
+from __future__ import annotations
+
+
+class LoopError(Exception):
+    """Base of infrastructure and contract breaches. Carries a stable snake_case ``code``."""
+
+    code: str = "loop_error"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class HarnessError(LoopError):
+    """A broken kernel contract: projection refusal, claim conflict, partial write, bad config."""
+
+    code = "harness_error"
+
+
+class ProviderError(LoopError):
+    """The provider could not deliver a turn (transport, HTTP status, protocol, SSRF refusal)."""
+
+    code = "provider_error"
+
+
+class PersistError(LoopError):
+    """A durable write failed or was refused (payload cap, duplicate key with different content)."""
+
+    code = "persist_error"
+
+
+class HookError(LoopError):
+    """A policy hook denied the step. ``reason`` is bounded to 160 characters."""
+
+    code = "hook_denied"
+
+
+class ToolError(Exception):
+    """A model-visible tool failure (bad arguments, timeout, refusal by the tool itself)."""
+
+    def __init__(self, message: str, *, code: str = "tool_error") -> None:
+        super().__init__(message)
+        self.code = code

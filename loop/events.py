@@ -1,0 +1,95 @@
+"""The session narrative's closed vocabulary: event kinds and their payloads.
+
+Conversation kinds feed the projection; ``control:*`` rows and ``canceled`` markers are journal,
+not conversation. Payloads are pydantic models so a malformed row refuses loudly on replay.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class EventKind(StrEnum):
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL_RESULT = "tool_result"
+    SUBAGENT_RESULT = "subagent_result"
+    COMPACTION = "compaction"
+    CANCELED = "canceled"
+    TOOL_INTENT = "control:tool_intent"
+    TOOL_DONE = "control:tool_done"
+    APPROVAL_REQUESTED = "control:approval_requested"
+    APPROVAL_RESOLVED = "control:approval_resolved"
+    EXCHANGE_SETTLED = "control:exchange_settled"
+    EXCHANGE_PARKED = "control:exchange_parked"
+    HANDOFF = "control:handoff"
+    COMPACTION_PROBE = "control:compaction_probe"
+    NOTE = "control:note"
+
+
+CONVERSATION_KINDS = frozenset(
+    {EventKind.USER, EventKind.ASSISTANT, EventKind.TOOL_RESULT, EventKind.SUBAGENT_RESULT, EventKind.COMPACTION}
+)
+
+
+def is_journal(kind: str) -> bool:
+    """Control rows and canceled markers are not conversation."""
+    return kind.startswith("control:") or kind == EventKind.CANCELED
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class UserPayload(_Payload):
+    content: str
+    author: str = ""
+
+
+class PlannedCall(_Payload):
+    key: str
+    id: str
+    name: str
+    arguments: str
+
+
+class AssistantPayload(_Payload):
+    content: str
+    tool_calls: list[PlannedCall] = []
+    turn: int
+    finish_reason: str = "stop"
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+class ToolResultPayload(_Payload):
+    key: str
+    name: str
+    content: str
+    is_error: bool = False
+    status: str = "completed"
+    truncated: bool = False
+
+
+class SubagentResultPayload(_Payload):
+    key: str
+    agent: str
+    content: str
+    outcome: str
+
+
+class CompactionPayload(_Payload):
+    summary: str
+    manifest: dict[str, Any]
+
+
+PAYLOAD_MODELS: dict[str, type[_Payload]] = {
+    EventKind.USER: UserPayload,
+    EventKind.ASSISTANT: AssistantPayload,
+    EventKind.TOOL_RESULT: ToolResultPayload,
+    EventKind.SUBAGENT_RESULT: SubagentResultPayload,
+    EventKind.COMPACTION: CompactionPayload,
+}

@@ -1,0 +1,198 @@
+"""The kernel's durable store (SPEC L4, L5): sessions, frames, tool calls, events, exchanges.
+
+Only :mod:`loop.store` writes these rows; everything else reads them through it or through
+product selectors. Rows of the narrative (``SessionEvent``) are append-only.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class Session(models.Model):
+    """A conversation owned by a user. ``last_seq`` allocates the per-session event sequence."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="loop_sessions")
+    source = models.CharField(max_length=32, default="web")
+    agent = models.CharField(max_length=64)
+    title = models.CharField(max_length=200, blank=True)
+    last_seq = models.PositiveBigIntegerField(default=0)
+    exchange_count = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"session {self.pk} ({self.agent})"
+
+
+class ExchangeStatus(models.TextChoices):
+    OPEN = "open", "open (claimed, running)"
+    PARKED = "parked", "parked (awaiting a human)"
+    SETTLED = "settled", "settled (terminal receipt)"
+    BROKEN = "broken", "broken (partial write, claim retained)"
+
+
+class Outcome(models.TextChoices):
+    """The terminal, typed ``RunOutcome`` vocabulary (SPEC L3)."""
+
+    COMPLETED = "completed"
+    TURN_CAP_REACHED = "turn_cap_reached"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    CANCELED = "canceled"
+    PROVIDER_FAILED = "provider_failed"
+    AWAITING_HUMAN = "awaiting_human"
+
+
+class Exchange(models.Model):
+    """One admitted request to a session: a request key, a claim, a status and a receipt."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="exchanges")
+    number = models.PositiveIntegerField()
+    request_key = models.CharField(max_length=128)
+    input = models.TextField(blank=True)
+    status = models.CharField(max_length=16, choices=ExchangeStatus.choices, default=ExchangeStatus.OPEN)
+    outcome = models.CharField(max_length=32, choices=Outcome.choices, blank=True)
+    claim_token = models.CharField(max_length=64, blank=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    turns = models.PositiveIntegerField(default=0)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    budget_tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    reserved_tokens = models.PositiveBigIntegerField(default=0)
+    accounting_incomplete = models.BooleanField(default=False)
+    config = models.JSONField(default=dict, blank=True)
+    receipt = models.JSONField(null=True, blank=True)
+    error_code = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField()
+    settled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["session_id", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "request_key"], name="loop_exchange_unique_request_key"),
+            models.UniqueConstraint(fields=["session", "number"], name="loop_exchange_unique_number"),
+        ]
+
+    def __str__(self) -> str:
+        return f"exchange e{self.number} of session {self.session_id}"
+
+
+class FrameStatus(models.TextChoices):
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class Frame(models.Model):
+    """One level of the agent stack: the root agent at depth 0, delegates below it (SPEC S1)."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="frames")
+    exchange = models.ForeignKey(Exchange, on_delete=models.CASCADE, related_name="frames")
+    depth = models.PositiveSmallIntegerField(default=0)
+    agent = models.CharField(max_length=64)
+    narrative = models.CharField(max_length=96, blank=True)  # "" for the root, "child:<name>:" below
+    parent_call = models.ForeignKey(
+        "ToolCall", null=True, blank=True, on_delete=models.CASCADE, related_name="child_frames"
+    )
+    status = models.CharField(max_length=8, choices=FrameStatus.choices, default=FrameStatus.OPEN)
+    outcome = models.CharField(max_length=32, choices=Outcome.choices, blank=True)
+    created_at = models.DateTimeField()
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"frame {self.pk} depth {self.depth} ({self.agent})"
+
+
+class ToolCallStatus(models.TextChoices):
+    PLANNED = "planned"
+    RUNNING = "running"
+    AWAITING_HUMAN = "awaiting_human"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    REJECTED = "rejected"
+    INTERRUPTED = "interrupted"
+    EXPIRED = "expired"
+
+
+TERMINAL_TOOL_CALL_STATUSES = frozenset(
+    {
+        ToolCallStatus.COMPLETED,
+        ToolCallStatus.FAILED,
+        ToolCallStatus.CANCELLED,
+        ToolCallStatus.REJECTED,
+        ToolCallStatus.INTERRUPTED,
+        ToolCallStatus.EXPIRED,
+    }
+)
+
+
+class ToolCall(models.Model):
+    """A tool call's state machine (SPEC L9, R1). ``call_key`` is ``e{exchange}:t{turn}:c{index}``."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="tool_calls")
+    exchange = models.ForeignKey(Exchange, on_delete=models.CASCADE, related_name="tool_calls")
+    frame = models.ForeignKey(Frame, on_delete=models.CASCADE, related_name="tool_calls")
+    turn = models.PositiveIntegerField()
+    index = models.PositiveIntegerField()
+    call_key = models.CharField(max_length=64)
+    provider_call_id = models.CharField(max_length=128, blank=True)
+    tool = models.CharField(max_length=128)
+    arguments = models.JSONField(default=dict, blank=True)
+    arguments_hash = models.CharField(max_length=64)
+    status = models.CharField(max_length=16, choices=ToolCallStatus.choices, default=ToolCallStatus.PLANNED)
+    result = models.TextField(blank=True)
+    is_error = models.BooleanField(default=False)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["frame", "turn", "index"], name="loop_toolcall_unique_position"),
+        ]
+        indexes = [models.Index(fields=["session", "status"], name="loop_toolcall_session_status")]
+
+    def __str__(self) -> str:
+        return f"{self.tool} [{self.call_key}] {self.status}"
+
+
+class SessionEvent(models.Model):
+    """An append-only narrative row. ``seq`` is per session; ``idempotency_key`` is global."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveBigIntegerField()
+    exchange = models.ForeignKey(Exchange, null=True, blank=True, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=48)
+    narrative = models.CharField(max_length=96, blank=True)
+    payload = models.JSONField(default=dict)
+    idempotency_key = models.CharField(max_length=200, unique=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["session_id", "seq"]
+        constraints = [models.UniqueConstraint(fields=["session", "seq"], name="loop_event_unique_seq")]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.narrative}{self.kind}"
+
+
+class ScratchpadEntry(models.Model):
+    """A session scratchpad key: siblings share it, last writer wins (SPEC S2)."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="scratchpad")
+    key = models.CharField(max_length=128)
+    value = models.TextField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["session", "key"], name="loop_scratchpad_unique_key")]
+
+    def __str__(self) -> str:
+        return self.key

@@ -1,0 +1,120 @@
+"""The Protocols through which the product plugs into the kernel (the seed's ``loop_adapters`` traits).
+
+The kernel imports nothing from Skald; Skald implements these under ``skald/loop_adapters/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from loop.cancellation import CancelToken
+from loop.providers.base import ToolSpec
+
+
+class Clock(Protocol):
+    def now(self) -> datetime: ...
+
+
+class AuditSink(Protocol):
+    """Appends one audit row inside the caller's transaction. ``label`` is a dotted kind label."""
+
+    def append(
+        self, label: str, *, principal: str, subject_type: str, subject_id: str, payload: Mapping[str, Any]
+    ) -> None: ...
+
+
+class EventBus(Protocol):
+    """Wakes viewers of a session. ``committed`` runs after the transaction commits; ``delta``
+    carries live, non-durable turn deltas (a viewer that misses them loses nothing durable)."""
+
+    def committed(self, session_id: int, last_seq: int) -> None: ...
+
+    def delta(self, session_id: int, payload: Mapping[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TurnScope:
+    """Per-turn scope: who the turn acts for. A call with no scope is denied (SPEC A1)."""
+
+    session_id: int
+    exchange_id: int
+    principal: str  # "user:<id>"
+    user_id: int | None
+    agent: str
+    workspace: Path
+    source: str = "web"
+    extras: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class GateCall:
+    call_id: int
+    key: str
+    tool: str
+    arguments: Mapping[str, Any]
+    arguments_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class GateVerdict:
+    action: Literal["allow", "deny", "require"]
+    reason: str = ""
+    rule_id: int | None = None
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Gate(Protocol):
+    """Decides whether a call may run. ``park`` records a ``require`` durably (in the caller's
+    transaction) so a human can resolve it later, after any restart."""
+
+    def check(self, call: GateCall, scope: TurnScope | None) -> GateVerdict: ...
+
+    def park(self, call: GateCall, scope: TurnScope, verdict: GateVerdict) -> Mapping[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """What a tool gets: the session's real context (workspace, user), never the server's cwd."""
+
+    scope: TurnScope
+    call_key: str
+    cancel: CancelToken
+    timeout: float
+
+
+class Tool(Protocol):
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    concurrency_safe: bool
+    restart_hint: str  # loop.tools.hints.RestartHint value
+
+    def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str: ...
+
+
+class ToolDiscovery(Protocol):
+    """Told which tools are offered to a model, so every tool can be gated (SPEC A5)."""
+
+    def offered(self, specs: Sequence[ToolSpec]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSpec:
+    name: str
+    kind: str
+    system_prompt: str
+    tools: tuple[str, ...]
+    client: str
+    strength: int = 1
+    bounds: Mapping[str, Any] = field(default_factory=dict)
+    playbook: Sequence[Mapping[str, Any]] = ()
+
+
+class AgentCatalog(Protocol):
+    def get(self, name: str) -> AgentSpec: ...
+
+    def task_agents(self) -> Sequence[AgentSpec]: ...

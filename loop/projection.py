@@ -1,0 +1,165 @@
+"""The one projection (SPEC L6): stored narrative rows → provider messages.
+
+Pure and deterministic, so replay-verify can call it without a model. It refuses loudly on a
+partial tool group, an orphan result, a name mismatch, a duplicate, an unknown kind, or a
+compaction row anywhere but the start of the window (CompactionBoundary).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from loop.errors import HarnessError
+from loop.events import (
+    CONVERSATION_KINDS,
+    PAYLOAD_MODELS,
+    AssistantPayload,
+    CompactionPayload,
+    EventKind,
+    SubagentResultPayload,
+    ToolResultPayload,
+    UserPayload,
+    is_journal,
+)
+from loop.providers.base import (
+    AssistantMessage,
+    Message,
+    SummaryMessage,
+    ToolCallRequest,
+    ToolResultMessage,
+    UserMessage,
+)
+
+
+class ProjectionError(HarnessError):
+    code = "projection_refused"
+
+
+class CompactionBoundary(ProjectionError):
+    code = "compaction_boundary"
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    """A stored narrative row, detached from the ORM."""
+
+    seq: int
+    kind: str
+    payload: Mapping[str, Any]
+    exchange: int | None = None
+    narrative: str = ""
+
+
+def call_key(exchange: int, turn: int, index: int) -> str:
+    """The re-keyed call id the model sees: ``e{exchange}:t{turn}:c{index}``."""
+    return f"e{exchange}:t{turn}:c{index}"
+
+
+def window_start(rows: Sequence[EventRow], *, capped: bool) -> int:
+    """Where a replay window may begin: the latest compaction row, else (when older rows were cut
+    off by the replay cap) the first user row, so a tool group is never split."""
+    for position in range(len(rows) - 1, -1, -1):
+        if rows[position].kind == EventKind.COMPACTION:
+            return position
+    if not capped:
+        return 0
+    for position, row in enumerate(rows):
+        if row.kind == EventKind.USER:
+            return position
+    raise ProjectionError("the replay window holds no user row to start from", code="replay_window_unbounded")
+
+
+def _parse(row: EventRow) -> Any:
+    model = PAYLOAD_MODELS.get(row.kind)
+    if model is None:
+        raise ProjectionError(f"row {row.seq}: kind {row.kind!r} is not in the vocabulary")
+    try:
+        return model.model_validate(row.payload)
+    except ValidationError as exc:
+        raise ProjectionError(f"row {row.seq}: malformed {row.kind} payload ({exc.error_count()} errors)") from None
+
+
+def _identity(text: str) -> str:
+    return text
+
+
+def _convert(row: EventRow, mask: Callable[[str], str]) -> tuple[Any, Message]:
+    parsed = _parse(row)
+    message: Message
+    if isinstance(parsed, ToolResultPayload):
+        message = ToolResultMessage(
+            call_id=parsed.key, name=parsed.name, content=mask(parsed.content), is_error=parsed.is_error
+        )
+    elif isinstance(parsed, AssistantPayload):
+        message = AssistantMessage(
+            content=mask(parsed.content),
+            tool_calls=tuple(
+                ToolCallRequest(id=c.key, name=c.name, arguments=mask(c.arguments)) for c in parsed.tool_calls
+            ),
+        )
+    elif isinstance(parsed, UserPayload):
+        message = UserMessage(content=mask(parsed.content))
+    elif isinstance(parsed, CompactionPayload):
+        message = SummaryMessage(kind="compaction", content=mask(parsed.summary))
+    else:
+        assert isinstance(parsed, SubagentResultPayload)
+        message = SummaryMessage(kind="delegation", content=mask(parsed.content))
+    return parsed, message
+
+
+def project(
+    rows: Sequence[EventRow],
+    *,
+    mask: Callable[[str], str] = _identity,
+    memo: dict[int, tuple[Any, Message]] | None = None,
+) -> tuple[Message, ...]:
+    """Turn ``rows`` (one narrative, in seq order, already windowed) into messages.
+
+    Args:
+        rows: the window; journal rows are skipped.
+        mask: applied to every text that reaches the model (PII masking, SPEC L16).
+        memo: optional seq → (payload, message) cache, so a long session converts each row once.
+            Only valid for one ``mask``.
+    """
+    messages: list[Message] = []
+    pending: dict[str, str] = {}  # call key → tool name, for the open tool group
+    seen: set[str] = set()
+    for position, row in enumerate(rows):
+        if is_journal(row.kind):
+            continue
+        if row.kind not in CONVERSATION_KINDS:
+            raise ProjectionError(f"row {row.seq}: kind {row.kind!r} is not in the vocabulary")
+        entry = memo.get(row.seq) if memo is not None else None
+        if entry is None:
+            entry = _convert(row, mask)
+            if memo is not None:
+                memo[row.seq] = entry
+        parsed, message = entry
+        if isinstance(parsed, ToolResultPayload):
+            expected = pending.pop(parsed.key, None)
+            if expected is None:
+                reason = "duplicate" if parsed.key in seen else "orphan"
+                raise ProjectionError(f"row {row.seq}: {reason} result for call {parsed.key}")
+            if expected != parsed.name:
+                raise ProjectionError(f"row {row.seq}: result names {parsed.name!r}, call was {expected!r}")
+        else:
+            if pending:
+                raise ProjectionError(
+                    f"row {row.seq}: partial tool group, no result for {', '.join(sorted(pending))}"
+                )
+            if isinstance(parsed, CompactionPayload) and position != 0:
+                raise CompactionBoundary(f"row {row.seq}: compaction row inside the projected window")
+            if isinstance(parsed, AssistantPayload):
+                for call in parsed.tool_calls:
+                    if call.key in pending or call.key in seen:
+                        raise ProjectionError(f"row {row.seq}: duplicate call key {call.key}")
+                    pending[call.key] = call.name
+                    seen.add(call.key)
+        messages.append(message)
+    if pending:
+        raise ProjectionError(f"partial tool group at the end: no result for {', '.join(sorted(pending))}")
+    return tuple(messages)

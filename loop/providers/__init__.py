@@ -1,0 +1,1 @@
+"""Provider seam (SPEC L7): the protocol, typed deltas and the implementations."""

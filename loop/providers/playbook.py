@@ -1,0 +1,86 @@
+"""The deterministic playbook provider: the default posture when no provider is configured.
+
+It follows an agent's playbook (data, editable in the admin): one step per provider turn after the
+latest user message. A step is ``{"tool": name, "args": {...}}`` or ``{"answer": text}``. Strings
+may hold ``{input}`` (the latest user message), ``{last_result}`` and ``{results}`` (tool results
+since that message). It drives real tools, so the demo shows real turns, calls and approvals.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from loop.cancellation import CancelToken
+from loop.errors import ProviderError
+from loop.providers.base import (
+    AssistantMessage,
+    Delta,
+    MessageEnd,
+    ProviderRequest,
+    TextDelta,
+    ToolCallDelta,
+    ToolResultMessage,
+    UsageDelta,
+    UserMessage,
+)
+
+
+def _render(value: Any, variables: Mapping[str, str]) -> Any:
+    if isinstance(value, str):
+        for name, text in variables.items():
+            value = value.replace("{" + name + "}", text)
+        return value
+    if isinstance(value, list):
+        return [_render(item, variables) for item in value]
+    if isinstance(value, dict):
+        return {key: _render(item, variables) for key, item in value.items()}
+    return value
+
+
+class PlaybookProvider:
+    name = "playbook"
+
+    def __init__(self, playbook: Sequence[Mapping[str, Any]]) -> None:
+        self.playbook = list(playbook)
+
+    def stream(self, request: ProviderRequest, *, cancel: CancelToken) -> Iterator[Delta]:
+        if cancel.cancelled:
+            raise ProviderError("canceled", code="provider_canceled")
+        step_index, variables = self._position(request)
+        deltas = self._step(step_index, variables)
+        usage_in = sum(len(m.content) for m in request.messages) // 4 + len(request.system) // 4
+        usage_out = sum(len(getattr(d, "text", "") or getattr(d, "arguments", "")) for d in deltas) // 4 + 1
+        return iter([*deltas, UsageDelta(usage_in, usage_out), MessageEnd(self._finish(deltas))])
+
+    @staticmethod
+    def _finish(deltas: list[Delta]) -> str:
+        return "tool_calls" if any(isinstance(d, ToolCallDelta) for d in deltas) else "stop"
+
+    @staticmethod
+    def _position(request: ProviderRequest) -> tuple[int, dict[str, str]]:
+        last_user = max((i for i, m in enumerate(request.messages) if isinstance(m, UserMessage)), default=-1)
+        after = request.messages[last_user + 1:]
+        steps_done = sum(1 for m in after if isinstance(m, AssistantMessage))
+        results = [m.content for m in after if isinstance(m, ToolResultMessage)]
+        user_text = request.messages[last_user].content if last_user >= 0 else ""
+        variables = {
+            "input": user_text,
+            "last_result": results[-1] if results else "",
+            "results": "\n\n".join(results),
+        }
+        return steps_done, variables
+
+    def _step(self, index: int, variables: Mapping[str, str]) -> list[Delta]:
+        if index >= len(self.playbook):
+            summary = variables["last_result"][:500]
+            return [TextDelta("Playbook complete." + (f" Last result: {summary}" if summary else ""))]
+        step = self.playbook[index]
+        if "answer" in step:
+            return [TextDelta(str(_render(step["answer"], variables)))]
+        if "tool" in step:
+            arguments = _render(step.get("args", {}), variables)
+            return [ToolCallDelta(index=0, id=f"playbook_{index}", name=str(step["tool"]),
+                                  arguments=json.dumps(arguments, ensure_ascii=False))]
+        raise ProviderError(f"playbook step {index + 1} has neither 'tool' nor 'answer'", code="playbook_invalid")

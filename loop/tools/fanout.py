@@ -1,0 +1,143 @@
+"""One tool round (SPEC L9, L10): the fixed pipeline per call, and parallel fan-out.
+
+Per call: journal ``control:tool_intent`` → look up (unknown = loud refusal) → gate → validate →
+execute → truncate → record ``tool_result`` + ``control:tool_done``. A round whose calls are all
+``concurrency_safe`` runs concurrently, bounded by ``max_parallel_calls``: ids in call order →
+concurrent execution → recording in call order. A mixed round runs sequentially.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from loop.bounds import Bounds
+from loop.cancellation import CancelToken
+from loop.errors import ToolError
+from loop.models import ToolCall, ToolCallStatus
+from loop.ports import Gate, GateCall, GateVerdict, Tool, ToolContext, TurnScope
+from loop.store import ParsedCall, Store
+from loop.tools.execute import ToolOutcome, execute_tool
+from loop.tools.registry import ToolRegistry
+from loop.tools.validate import validate_arguments
+
+
+@dataclass
+class RoundResult:
+    parked: list[tuple[ToolCall, GateCall, GateVerdict]] = field(default_factory=list)
+    canceled: bool = False
+    executed: int = 0
+
+
+@dataclass(frozen=True)
+class RoundEnv:
+    store: Store
+    tools: ToolRegistry
+    gate: Gate
+    scope: TurnScope
+    bounds: Bounds
+    principal: str
+    narrative: str = ""
+
+
+def gate_call(call: ToolCall) -> GateCall:
+    return GateCall(call_id=call.pk, key=call.call_key, tool=call.tool, arguments=call.arguments,
+                    arguments_hash=call.arguments_hash)
+
+
+def _record(env: RoundEnv, call: ToolCall, outcome: ToolOutcome) -> None:
+    env.store.record_result(call, status=outcome.status, content=outcome.content, is_error=outcome.is_error,
+                            truncated=outcome.truncated, principal=env.principal, narrative=env.narrative)
+
+
+def _prepare(
+    env: RoundEnv, call: ToolCall, parsed: ParsedCall, result: RoundResult, *, skip_gate: bool = False
+) -> Tool | None:
+    """Intent, look-up, gate and validation. Returns the tool when the call may execute now."""
+    env.store.record_intent(call, principal=env.principal, narrative=env.narrative)
+    tool = env.tools.get(call.tool)
+    if tool is None:
+        _record(env, call, ToolOutcome(ToolCallStatus.FAILED, f"tool error (unknown_tool): no tool named "
+                                       f"{call.tool!r} is available to this agent", True))
+        return None
+    if not skip_gate:
+        request = gate_call(call)
+        verdict = env.gate.check(request, env.scope)
+        if verdict.action == "deny":
+            reason = verdict.reason or "no rule allows it"
+            _record(env, call, ToolOutcome(ToolCallStatus.REJECTED, f"denied by the approval gate: {reason}", True))
+            return None
+        if verdict.action == "require":
+            result.parked.append((call, request, verdict))
+            return None
+    try:
+        validate_arguments(tool.parameters, parsed.arguments)
+    except ToolError as exc:
+        _record(env, call, ToolOutcome(ToolCallStatus.FAILED, f"tool error ({exc.code}): {exc}", True))
+        return None
+    return tool
+
+
+def _context(env: RoundEnv, call: ToolCall, token: CancelToken) -> ToolContext:
+    return ToolContext(scope=env.scope, call_key=call.call_key, cancel=token, timeout=env.bounds.tool_timeout)
+
+
+def _cancel_rest(env: RoundEnv, calls: Sequence[tuple[ToolCall, ParsedCall]], reason: str) -> None:
+    for call, _parsed in calls:
+        _record(env, call, ToolOutcome(ToolCallStatus.CANCELLED, f"tool call cancelled: {reason}", True))
+
+
+def run_round(
+    env: RoundEnv,
+    calls: Sequence[tuple[ToolCall, ParsedCall]],
+    cancel: CancelToken,
+    *,
+    skip_gate_for: frozenset[int] = frozenset(),
+) -> RoundResult:
+    result = RoundResult()
+    tools = [env.tools.get(call.tool) for call, _ in calls]
+    parallel = len(calls) > 1 and all(t is not None and t.concurrency_safe for t in tools)
+    if not parallel:
+        for position, (call, parsed) in enumerate(calls):
+            if cancel.cancelled:  # checked before each tool call
+                _cancel_rest(env, calls[position:], cancel.reason)
+                result.canceled = True
+                return result
+            tool = _prepare(env, call, parsed, result, skip_gate=call.pk in skip_gate_for)
+            if tool is None:
+                continue
+            outcome = execute_tool(tool, parsed.arguments or {}, _context(env, call, cancel.child()),
+                                   output_cap=env.bounds.tool_output_cap)
+            _record(env, call, outcome)
+            result.executed += 1
+        result.canceled = cancel.cancelled
+        return result
+
+    # Phase 1: intents, gate and validation in call order.
+    runnable: list[tuple[int, ToolCall, Tool, Mapping[str, Any]]] = []
+    for position, (call, parsed) in enumerate(calls):
+        if cancel.cancelled:
+            _cancel_rest(env, calls[position:], cancel.reason)
+            result.canceled = True
+            return result
+        tool = _prepare(env, call, parsed, result, skip_gate=call.pk in skip_gate_for)
+        if tool is not None:
+            runnable.append((position, call, tool, parsed.arguments or {}))
+    # Phase 2: concurrent execution.
+    outcomes: dict[int, ToolOutcome] = {}
+    def run(item: tuple[int, ToolCall, Tool, Mapping[str, Any]]) -> tuple[int, ToolOutcome]:
+        position, call, tool, arguments = item
+        context = _context(env, call, cancel.child())
+        return position, execute_tool(tool, arguments, context, output_cap=env.bounds.tool_output_cap)
+
+    with ThreadPoolExecutor(max_workers=max(1, env.bounds.max_parallel_calls), thread_name_prefix="fanout") as pool:
+        for position, outcome in pool.map(run, runnable):
+            outcomes[position] = outcome
+    # Phase 3: record in call order.
+    for position, call, _tool, _args in runnable:
+        _record(env, call, outcomes[position])
+        result.executed += 1
+    result.canceled = cancel.cancelled
+    return result

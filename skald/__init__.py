@@ -1,0 +1,1 @@
+"""Skald: the Django project and the product core."""

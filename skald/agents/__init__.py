@@ -1,0 +1,1 @@
+"""The agent catalog: seeded agents and the catalog port the kernel reads."""

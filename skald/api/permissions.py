@@ -1,0 +1,27 @@
+"""Role checks for DRF views. The default is authenticated + a role: never AllowAny."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+
+from skald.core.roles import Role, has_role
+
+
+class RoleRequired(BasePermission):
+    """Authenticated and holding one of ``roles``. Subclass via :func:`roles`."""
+
+    roles: tuple[Role, ...] = ()
+    message = "Your role does not allow this."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        user = request.user
+        return bool(user and user.is_authenticated and has_role(user, *self.roles))
+
+
+def roles(*required: Role) -> type[RoleRequired]:
+    """A permission class that admits holders of any of ``required``."""
+    name = "Has" + "Or".join(role.value.title() for role in required)
+    return type(name, (RoleRequired,), {"roles": tuple(required)})

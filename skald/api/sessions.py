@@ -1,0 +1,157 @@
+"""REST for conversations: views parse and delegate to services and selectors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from loop.models import Exchange, Session, SessionEvent
+from skald.api.errors_schema import error_responses
+from skald.api.permissions import roles
+from skald.core.roles import Role
+from skald.sessions import selectors, services
+
+ANY_ROLE = roles(Role.OPERATOR, Role.APPROVER, Role.REVIEWER, Role.AUDITOR, Role.WORKFLOW)
+MAX_EVENTS_PAGE = 500
+
+
+class SessionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Session
+        fields = ["id", "agent", "source", "title", "owner", "last_seq", "exchange_count", "created_at"]
+
+
+class SessionCreateSerializer(serializers.Serializer):
+    agent = serializers.SlugField(required=False, max_length=64)
+    title = serializers.CharField(required=False, allow_blank=True, max_length=200)
+
+
+class ExchangeSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Exchange
+        fields = ["id", "session", "number", "request_key", "status", "outcome", "turns", "input_tokens",
+                  "output_tokens", "error_code", "receipt", "created_at", "settled_at", "cancel_requested_at"]
+
+
+class EventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = SessionEvent
+        fields = ["seq", "kind", "narrative", "exchange", "payload", "created_at"]
+
+
+class MessageSerializer(serializers.Serializer):
+    content = serializers.CharField(max_length=65536, trim_whitespace=False)
+
+
+class SessionListCreate(APIView):
+    permission_classes = [ANY_ROLE]
+
+    @extend_schema(responses={200: SessionSerializer(many=True), **error_responses()})
+    def get(self, request: Request) -> Response:
+        sessions = selectors.sessions_visible_to(request.user)[:200]
+        return Response(SessionSerializer(sessions, many=True).data)
+
+    @extend_schema(request=SessionCreateSerializer,
+                   responses={201: SessionSerializer, **error_responses(_400=("invalid", "agent_unknown"))})
+    def post(self, request: Request) -> Response:
+        body = SessionCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        session = services.session_create(user=request.user, agent=body.validated_data.get("agent"),
+                                          title=body.validated_data.get("title", ""))
+        return Response(SessionSerializer(session).data, status=status.HTTP_201_CREATED)
+
+
+class SessionDetail(APIView):
+    permission_classes = [ANY_ROLE]
+
+    @extend_schema(responses={200: SessionSerializer, **error_responses(_404="session_not_found")})
+    def get(self, request: Request, session_id: int) -> Response:
+        return Response(SessionSerializer(selectors.session_get(user=request.user, session_id=session_id)).data)
+
+
+class SessionMessages(APIView):
+    permission_classes = [ANY_ROLE]
+
+    @extend_schema(
+        request=MessageSerializer,
+        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=False,
+                                     description="The exchange's request key: a retry returns the same exchange.")],
+        responses={202: ExchangeSerializer, **error_responses(
+            _400=("invalid", "message_invalid", "message_too_large", "credential_tripwire"),
+            _404="session_not_found", _409=("session_busy", "session_awaiting_human"))},
+    )
+    def post(self, request: Request, session_id: int) -> Response:
+        session = selectors.session_get(user=request.user, session_id=session_id)
+        body = MessageSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        key = request.headers.get("Idempotency-Key") or None
+        if key is not None and not (1 <= len(key) <= 128):
+            from skald.core.errors import SkaldError
+
+            raise SkaldError("Idempotency-Key must be 1-128 characters", code="idempotency_key_invalid")
+        exchange, _replayed = services.session_message_submit(
+            user=request.user, session=session, content=body.validated_data["content"], request_key=key
+        )
+        exchange.refresh_from_db()
+        return Response(ExchangeSerializer(exchange).data, status=status.HTTP_202_ACCEPTED)
+
+
+class ExchangeDetail(APIView):
+    permission_classes = [ANY_ROLE]
+
+    @extend_schema(responses={200: ExchangeSerializer,
+                              **error_responses(_404=("session_not_found", "exchange_not_found"))})
+    def get(self, request: Request, session_id: int, exchange_id: int) -> Response:
+        session = selectors.session_get(user=request.user, session_id=session_id)
+        return Response(ExchangeSerializer(selectors.exchange_get(session=session, exchange_id=exchange_id)).data)
+
+
+class SessionEvents(APIView):
+    permission_classes = [ANY_ROLE]
+
+    @extend_schema(
+        parameters=[OpenApiParameter("after", int, description="Last sequence seen (0 = from the start)."),
+                    OpenApiParameter("limit", int, description=f"Page size, at most {MAX_EVENTS_PAGE}.")],
+        responses={200: EventSerializer(many=True), **error_responses(_400="invalid", _404="session_not_found")},
+    )
+    def get(self, request: Request, session_id: int) -> Response:
+        session = selectors.session_get(user=request.user, session_id=session_id)
+        after, limit = _int_param(request, "after", 0), _int_param(request, "limit", 100)
+        events = selectors.events_after(session=session, after=after, limit=min(max(limit, 1), MAX_EVENTS_PAGE))
+        data: dict[str, Any] = {
+            "results": EventSerializer(events, many=True).data,
+            "last_seq": events[-1].seq if events else after,
+            "more": bool(events) and events[-1].seq < session.last_seq,
+        }
+        return Response(data)
+
+
+class SessionStop(APIView):
+    permission_classes = [ANY_ROLE]
+
+    @extend_schema(request=None, responses={202: ExchangeSerializer, 200: None,
+                                            **error_responses(_404="session_not_found")})
+    def post(self, request: Request, session_id: int) -> Response:
+        session = selectors.session_get(user=request.user, session_id=session_id)
+        exchange = services.session_stop(user=request.user, session=session)
+        if exchange is None:
+            return Response({"stopped": None}, status=status.HTTP_200_OK)
+        return Response(ExchangeSerializer(exchange).data, status=status.HTTP_202_ACCEPTED)
+
+
+def _int_param(request: Request, name: str, default: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise serializers.ValidationError({name: ["must be an integer"]}) from None
+    if value < 0:
+        raise serializers.ValidationError({name: ["must not be negative"]})
+    return value

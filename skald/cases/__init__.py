@@ -1,0 +1,1 @@
+"""Cases and troubleshoot runs: services (writes) and selectors (reads)."""

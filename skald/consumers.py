@@ -1,0 +1,109 @@
+"""The session websocket: ``ws/sessions/{id}/?after=<seq>``.
+
+The session-event log is the source of truth: one pump task sends every stored event with a seq
+above the last one sent, exactly once and in order; channel-layer wakes only make it look sooner,
+and a poll catches what a wake missed (e.g. a worker in another process with the in-memory layer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AnonymousUser
+
+from skald.core.errors import SkaldError
+from skald.loop_adapters.bus import session_group
+from skald.loop_adapters.translate import translate_delta, translate_event
+from skald.sessions import selectors
+
+POLL_SECONDS = 0.5
+PAGE = 200
+
+
+@database_sync_to_async
+def _jwt_user(token: str) -> Any:
+    from rest_framework_simplejwt.exceptions import TokenError
+    from rest_framework_simplejwt.tokens import AccessToken
+
+    try:
+        user_id = AccessToken(token)["user_id"]  # type: ignore[arg-type]
+    except (TokenError, KeyError):
+        return None
+    return get_user_model().objects.filter(pk=user_id, is_active=True).first()
+
+
+class SessionConsumer(AsyncJsonWebsocketConsumer):
+    async def connect(self) -> None:
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        user = self.scope.get("user") or AnonymousUser()
+        token = (query.get("token") or [""])[0]
+        if token:
+            user = await _jwt_user(token)
+        if user is None or not user.is_authenticated:
+            await self.close(code=4401)
+            return
+        try:
+            after = int((query.get("after") or ["0"])[0])
+            self.session = await database_sync_to_async(selectors.session_get)(
+                user=user, session_id=int(self.scope["url_route"]["kwargs"]["session_id"])
+            )
+        except (ValueError, SkaldError):
+            await self.close(code=4404)
+            return
+        self.user = user
+        self.last_seq = max(0, after)
+        self.wake = asyncio.Event()
+        self.group = session_group(self.session.pk)
+        await self.accept()
+        if self.channel_layer is not None:
+            await self.channel_layer.group_add(self.group, self.channel_name)
+        self.pump = asyncio.create_task(self._pump())
+
+    async def disconnect(self, code: int) -> None:
+        pump = getattr(self, "pump", None)
+        if pump is not None:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+        if getattr(self, "group", None) and self.channel_layer is not None:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def _pump(self) -> None:
+        while True:
+            await self._send_new()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), POLL_SECONDS)
+            self.wake.clear()
+
+    async def _send_new(self) -> None:
+        while True:
+            events = await database_sync_to_async(selectors.events_after)(
+                session=self.session, after=self.last_seq, limit=PAGE
+            )
+            for event in events:
+                await self.send_json(translate_event(event))
+                self.last_seq = event.seq
+            if len(events) < PAGE:
+                return
+
+    async def session_wake(self, message: dict[str, Any]) -> None:
+        self.wake.set()
+
+    async def session_delta(self, message: dict[str, Any]) -> None:
+        await self.send_json(translate_delta(message["payload"]))
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        kind = content.get("type") if isinstance(content, dict) else None
+        if kind == "stop":
+            from skald.sessions.services import session_stop
+
+            await database_sync_to_async(session_stop)(user=self.user, session=self.session)
+            await self.send_json({"type": "stop.accepted"})
+            return
+        await self.send_json({"type": "error", "code": "unknown_message", "message": f"unknown type {kind!r}"})

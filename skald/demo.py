@@ -1,0 +1,93 @@
+"""Idempotent demo seeding for the embedded profile: users with roles, a demo case, the agents."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib.auth.models import Group, User
+from django.db import transaction
+
+from audit.actors import Actor
+from audit.kinds import AuditKind
+from audit.services import audit_append
+from skald.cases.services import case_create
+from skald.models import Case
+
+DEFAULT_DEMO_PASSWORD = "skald-demo"  # noqa: S105 - the documented demo login, printed by make run
+DEMO_CASE_TITLE = "Checkout API returns 502 after deploy"
+
+DEMO_USERS: dict[str, tuple[str, ...]] = {
+    "operator": ("operator", "workflow"),
+    "reviewer": ("reviewer",),
+    "approver": ("approver",),
+    "auditor": ("auditor",),
+}
+
+DEMO_LOGS = (
+    (
+        "nginx-error.log",
+        "2026-11-30T09:12:01Z [error] upstream prematurely closed connection while reading response header "
+        "from upstream, client: 10.0.4.7, server: checkout, upstream: http://10.0.8.21:8080/api/checkout\n"
+        "2026-11-30T09:12:02Z [error] connect() failed (111: Connection refused) while connecting to "
+        "upstream, upstream: http://10.0.8.21:8080/api/checkout\n",
+    ),
+    (
+        "checkout-app.log",
+        "2026-11-30T09:11:58Z INFO starting checkout-api version=4.2.0\n"
+        "2026-11-30T09:11:59Z ERROR pool: could not connect to db-primary:5432: too many connections\n"
+        "2026-11-30T09:12:00Z FATAL worker exited: database connection pool exhausted (max_pool=200)\n",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class SeedReport:
+    password: str
+    password_from_env: bool
+    created_users: tuple[str, ...]
+    case_id: int
+
+
+def seed_demo(*, password: str | None) -> SeedReport:
+    """Create what is missing; change nothing that exists except passwords when one is given."""
+    chosen = password or DEFAULT_DEMO_PASSWORD
+    created: list[str] = []
+    with transaction.atomic():
+        for username, roles in DEMO_USERS.items():
+            user, made = User.objects.get_or_create(username=username, defaults={"is_staff": True})
+            if made or password:
+                user.set_password(chosen)
+                user.save()
+            if made:
+                created.append(username)
+            user.groups.add(*Group.objects.filter(name__in=roles))
+        admin, made = User.objects.get_or_create(
+            username="admin", defaults={"is_staff": True, "is_superuser": True}
+        )
+        if made or password:
+            admin.set_password(chosen)
+            admin.save()
+        if made:
+            created.append("admin")
+        case = Case.objects.filter(title=DEMO_CASE_TITLE).first()
+        if case is None:
+            case = case_create(
+                actor=Actor.system("demo"),
+                title=DEMO_CASE_TITLE,
+                description="Customers report 502 errors from the checkout API since the 09:10 deploy.",
+                logs=DEMO_LOGS,
+            )
+        if created:
+            audit_append(
+                actor=Actor.system("demo"),
+                kind=AuditKind.DEMO_SEEDED,
+                subject_type="system",
+                subject_id="demo",
+                payload={"created_users": created},
+            )
+        from skald.agents.seed import seed_agents
+
+        seed_agents()
+    return SeedReport(
+        password=chosen, password_from_env=bool(password), created_users=tuple(created), case_id=case.pk
+    )

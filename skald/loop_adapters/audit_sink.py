@@ -1,0 +1,20 @@
+"""The kernel's AuditSink: kernel labels → audit kinds, principals → actors."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from audit.actors import Actor
+from audit.kinds import kind_for_label
+from audit.services import audit_append
+
+
+class AuditChainSink:
+    def append(
+        self, label: str, *, principal: str, subject_type: str, subject_id: str, payload: Mapping[str, Any]
+    ) -> None:
+        audit_append(
+            actor=Actor.parse(principal), kind=kind_for_label(label), subject_type=subject_type,
+            subject_id=subject_id, payload=payload,
+        )

@@ -1,0 +1,28 @@
+"""The AgentCatalog port over ``skald.Agent`` rows."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from loop.errors import HarnessError
+from loop.ports import AgentSpec
+from skald.models import Agent, AgentKind
+
+
+def _spec(agent: Agent) -> AgentSpec:
+    return AgentSpec(
+        name=agent.name, kind=agent.kind, system_prompt=agent.system_prompt, tools=tuple(agent.allowed_tools or ()),
+        client=agent.client, strength=agent.strength, bounds=dict(agent.bounds or {}),
+        playbook=tuple(agent.playbook or ()),
+    )
+
+
+class AgentRowCatalog:
+    def get(self, name: str) -> AgentSpec:
+        agent = Agent.objects.filter(name=name, enabled=True).first()
+        if agent is None:
+            raise HarnessError(f"no enabled agent named {name!r}", code="agent_unknown")
+        return _spec(agent)
+
+    def task_agents(self) -> Sequence[AgentSpec]:
+        return [_spec(a) for a in Agent.objects.filter(kind=AgentKind.TASK, enabled=True)]

@@ -1,0 +1,105 @@
+"""The product core's models: the agent catalog, cases and troubleshoot runs."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class AgentKind(models.TextChoices):
+    CHAT = "chat"
+    TASK = "task"
+    SYSTEM = "system"
+
+
+class Agent(models.Model):
+    """An agent in the catalog: prompt, tools, client, bounds overrides and a deterministic playbook."""
+
+    name = models.SlugField(max_length=64, unique=True)
+    kind = models.CharField(max_length=8, choices=AgentKind.choices, default=AgentKind.CHAT)
+    description = models.CharField(max_length=200, blank=True)
+    system_prompt = models.TextField(blank=True)
+    allowed_tools = models.JSONField(default=list, blank=True, help_text="Tool names this agent may use.")
+    client = models.CharField(
+        max_length=32, blank=True, help_text="Configured client: 'playbook', 'openai_compat' or empty (auto)."
+    )
+    strength = models.PositiveSmallIntegerField(default=1)
+    bounds = models.JSONField(default=dict, blank=True, help_text="Overrides of the loop bounds (L2).")
+    playbook = models.JSONField(default=list, blank=True, help_text="Steps of the deterministic provider.")
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class CaseStatus(models.TextChoices):
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class Case(models.Model):
+    title = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    status = models.CharField(max_length=8, choices=CaseStatus.choices, default=CaseStatus.OPEN)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-id"]
+        permissions = [("write_case", "Can launch and steer troubleshoot runs on cases (domain write)")]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class CaseLog(models.Model):
+    """A log excerpt attached to a case; the ``read_logs`` tool reads these."""
+
+    case = models.ForeignKey(Case, on_delete=models.CASCADE, related_name="logs")
+    name = models.CharField(max_length=120)
+    content = models.TextField()
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    AWAITING_HUMAN = "awaiting_human"
+    HANDOFF = "handoff"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELED = "canceled"
+
+
+class Run(models.Model):
+    """A troubleshoot (GDL) run: one session of the troubleshooter agent on a case."""
+
+    case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="runs")
+    session = models.OneToOneField("loop.Session", on_delete=models.PROTECT, related_name="run")
+    ticket = models.TextField()
+    launched_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    launch_key = models.CharField(max_length=128, unique=True)
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    outcome = models.CharField(max_length=32, blank=True)
+    receipt = models.JSONField(null=True, blank=True)
+    handoff_question = models.TextField(blank=True)
+    closed_by_human = models.BooleanField(default=False)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} on case {self.case_id}"

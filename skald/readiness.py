@@ -1,0 +1,61 @@
+"""Liveness and readiness probes. Readiness never echoes a URL, path, model name or secret."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import connection
+
+from skald import provider_config
+
+
+def _database() -> str:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return "ok"
+    except Exception:  # noqa: BLE001 - readiness reports, it does not raise
+        return "unavailable"
+
+
+def _channel_layer() -> str:
+    layer = get_channel_layer()
+    if layer is None:
+        return "unavailable"
+    try:
+        async_to_sync(layer.send)("skald.readiness", {"type": "readiness.ping"})
+        return "ok"
+    except Exception:  # noqa: BLE001
+        return "unavailable"
+
+
+def _workers() -> tuple[str, int]:
+    try:
+        from django_q.brokers import get_broker
+        from django_q.status import Stat
+
+        clusters = Stat.get_all(get_broker())
+    except Exception:  # noqa: BLE001
+        return "unavailable", 0
+    return ("ok" if clusters else "missing"), len(clusters)
+
+
+def readiness_report() -> tuple[bool, dict[str, Any]]:
+    """``(ready, body)``: ready when the database, channel layer and a worker answer and the
+    provider profile is not invalid."""
+    database = _database()
+    layer = _channel_layer()
+    workers, clusters = _workers()
+    gdl = provider_config.provider_status()
+    ready = database == "ok" and layer == "ok" and workers == "ok" and gdl != "invalid"
+    body = {
+        "status": "ready" if ready else "not_ready",
+        "database": database,
+        "channel_layer": layer,
+        "workers": workers,
+        "clusters": clusters,
+        "gdl_provider": gdl,
+    }
+    return ready, body

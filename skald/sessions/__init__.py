@@ -1,0 +1,1 @@
+"""Conversations: create sessions, submit messages, stop exchanges (services and selectors)."""

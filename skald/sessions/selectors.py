@@ -1,0 +1,35 @@
+"""Session reads, scoped to what the user may see: their own sessions, or all for operators."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import QuerySet
+
+from loop.models import Exchange, Session, SessionEvent
+from skald.core.errors import NotFound
+from skald.core.roles import Role, has_role
+
+
+def sessions_visible_to(user: AbstractBaseUser) -> QuerySet[Session]:
+    sessions = Session.objects.all()
+    if has_role(user, Role.OPERATOR):
+        return sessions
+    return sessions.filter(owner_id=user.pk)
+
+
+def session_get(*, user: AbstractBaseUser, session_id: int) -> Session:
+    session = sessions_visible_to(user).filter(pk=session_id).first()
+    if session is None:
+        raise NotFound("No such session.", code="session_not_found")
+    return session
+
+
+def exchange_get(*, session: Session, exchange_id: int) -> Exchange:
+    exchange = Exchange.objects.filter(session=session, pk=exchange_id).first()
+    if exchange is None:
+        raise NotFound("No such exchange.", code="exchange_not_found")
+    return exchange
+
+
+def events_after(*, session: Session, after: int, limit: int) -> list[SessionEvent]:
+    return list(SessionEvent.objects.filter(session=session, seq__gt=after).order_by("seq")[:limit])

@@ -1,0 +1,75 @@
+"""Session writes: each delegates to the kernel store (audited) and schedules work on commit."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from loop.driver import InputRefused, admit_exchange
+from loop.errors import HarnessError, HookError
+from loop.models import Exchange, ExchangeStatus, Session
+from skald.core.errors import Conflict, SkaldError
+from skald.core.ids import new_token
+from skald.loop_adapters.catalog import AgentRowCatalog
+from skald.loop_adapters.runtime import build_env
+from skald.loop_adapters.store import kernel_store
+from skald.queue import enqueue_on_commit
+
+DEFAULT_AGENT = "troubleshooter"
+MAX_MESSAGE_BYTES = 64 * 1024
+
+
+def session_create(
+    *, user: AbstractBaseUser, agent: str | None = None, source: str = "web", title: str = ""
+) -> Session:
+    name = agent or DEFAULT_AGENT
+    try:
+        AgentRowCatalog().get(name)
+    except HarnessError as exc:
+        raise SkaldError(str(exc), code="agent_unknown", http_status=400) from None
+    return kernel_store().create_session(owner_id=user.pk, agent=name, source=source, title=title,
+                                         principal=f"user:{user.pk}")
+
+
+def session_message_submit(
+    *, user: AbstractBaseUser, session: Session, content: str, request_key: str | None = None
+) -> tuple[Exchange, bool]:
+    """Admit a user message idempotently and schedule its exchange on a worker.
+
+    Returns ``(exchange, replayed)``; a replayed key returns the same exchange and does no work.
+    """
+    if not content.strip():
+        raise SkaldError("content must not be empty", code="message_invalid", http_status=400)
+    if len(content.encode("utf-8")) > MAX_MESSAGE_BYTES:
+        raise SkaldError(f"content is over {MAX_MESSAGE_BYTES} bytes", code="message_too_large", http_status=400)
+    env = build_env(session)
+    key = request_key or new_token()
+    with transaction.atomic():
+        try:
+            exchange, replayed = admit_exchange(env, request_key=key, content=content, author=f"user:{user.pk}")
+        except InputRefused as exc:
+            raise SkaldError(str(exc), code=exc.code, http_status=400) from None
+        except HookError as exc:
+            raise SkaldError(str(exc), code=exc.code, http_status=403) from None
+        except HarnessError as exc:
+            if exc.code in {"session_busy", "session_awaiting_human"}:
+                raise Conflict(str(exc), code=exc.code) from None
+            raise
+        if not replayed:
+            enqueue_on_commit("skald.tasks.run_kernel_turn", exchange.pk)
+    return exchange, replayed
+
+
+def session_stop(*, user: AbstractBaseUser, session: Session) -> Exchange | None:
+    """Request a stop of the session's active exchange; the worker sees it within a second."""
+    active = Exchange.objects.filter(session=session, status__in=[ExchangeStatus.OPEN, ExchangeStatus.PARKED]).first()
+    if active is None:
+        return None
+    kernel_store().request_cancel(active.pk, principal=f"user:{user.pk}")
+    if active.status == ExchangeStatus.PARKED:
+        # Nobody drives a parked exchange: settle it as canceled here.
+        from skald.sessions.parked import cancel_parked
+
+        cancel_parked(active, principal=f"user:{user.pk}")
+    active.refresh_from_db()
+    return active

@@ -1,0 +1,37 @@
+"""django-q2 entry points. Each parses its arguments and delegates; no worker waits on a human."""
+
+from __future__ import annotations
+
+import logging
+
+from loop.driver import drive_exchange
+from loop.errors import HarnessError
+from loop.models import Exchange, ExchangeStatus
+from skald.core.ids import new_token
+from skald.loop_adapters.runtime import build_env
+
+logger = logging.getLogger(__name__)
+
+
+def run_kernel_turn(exchange_id: int) -> str:
+    """Drive an admitted exchange (a user message) to a settled or parked outcome."""
+    exchange = Exchange.objects.select_related("session").get(pk=exchange_id)
+    if exchange.status != ExchangeStatus.OPEN or exchange.claim_token:
+        logger.info("exchange %s is %s; nothing to drive", exchange_id, exchange.status)
+        return exchange.status
+    env = build_env(exchange.session, exchange_id=exchange.pk)
+    try:
+        result = drive_exchange(env, exchange, claim_token=new_token())
+    except HarnessError as exc:
+        if exc.code == "claim_refused":  # another worker drives it: no double driving
+            return "claimed elsewhere"
+        raise
+    after_exchange(exchange_id)
+    return result.outcome.name
+
+
+def after_exchange(exchange_id: int) -> None:
+    """Product follow-ups of a settled or parked exchange (runs, proposals) hook in here."""
+    from skald.cases.runs import run_sync_from_exchange
+
+    run_sync_from_exchange(exchange_id)

@@ -1,0 +1,79 @@
+"""`make test`: lint contracts, the whole suite on SQLite, then the database-sensitive tests on
+PostgreSQL when DATABASE_URL points to one. With CI=true a missing PostgreSQL is a failure."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+# Variables that would make the suite depend on the developer's shell.
+_HERMETIC_PREFIXES = ("BRAIN_GDL_PROVIDER_", "SKALD_", "REDIS_URL", "DATABASE_URL", "BRAIN_ENGINE_")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_HERMETIC_PREFIXES)}
+    env.update(extra)
+    return env
+
+
+def _run(title: str, argv: list[str], env: dict[str, str]) -> int:
+    print(f"\n=== {title} ===", flush=True)
+    return subprocess.run(argv, cwd=BASE_DIR, env=env, check=False).returncode
+
+
+def _postgres_reachable(url: str) -> str:
+    try:
+        import psycopg
+
+        with psycopg.connect(url.replace("postgres://", "postgresql://", 1), connect_timeout=5):
+            return ""
+    except Exception as exc:  # noqa: BLE001 - the message is the diagnosis
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def main() -> int:
+    ci = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+    database_url = os.environ.get("DATABASE_URL", "")
+    extra_args = sys.argv[1:]
+    failures: list[str] = []
+
+    if _run("ruff", [str(BIN / "ruff"), "check", "--quiet", "."], _env()) != 0:
+        failures.append("ruff")
+    if _run("import contracts", [str(BIN / "lint-imports"), "--no-cache"], _env()) != 0:
+        failures.append("import contracts")
+
+    if _run("pytest on SQLite", [sys.executable, "-m", "pytest", *extra_args], _env()) != 0:
+        failures.append("pytest on SQLite")
+
+    if database_url.startswith(("postgres://", "postgresql://")):
+        problem = _postgres_reachable(database_url)
+        if problem:
+            print(f"PostgreSQL at DATABASE_URL is not reachable: {problem}", flush=True)
+            failures.append("PostgreSQL unreachable")
+        else:
+            code = _run(
+                "database-sensitive tests on PostgreSQL",
+                [sys.executable, "-m", "pytest", "-m", "db_sensitive", *extra_args],
+                _env(DATABASE_URL=database_url),
+            )
+            if code != 0:
+                failures.append("pytest on PostgreSQL")
+    elif ci:
+        print("CI=true but DATABASE_URL does not point to PostgreSQL: refusing to skip.", flush=True)
+        failures.append("PostgreSQL missing in CI")
+    else:
+        print("\nDATABASE_URL is not set: the PostgreSQL pass did not run (set it to include it).", flush=True)
+
+    if failures:
+        print("\nFAILED: " + ", ".join(failures), flush=True)
+        return 1
+    print("\nAll checks passed.", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Skald's built-in tools for the kernel's registry."""

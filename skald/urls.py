@@ -1,0 +1,28 @@
+"""URL map: admin, probes, the REST API under /api/, workflow routes under /workflow/."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework_simplejwt.views import TokenObtainPairView, TokenRefreshView
+
+from skald import views
+
+api_patterns = [
+    path("auth/token/", TokenObtainPairView.as_view(), name="token_obtain_pair"),
+    path("auth/token/refresh/", TokenRefreshView.as_view(), name="token_refresh"),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("", include("skald.api.urls")),
+]
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("healthz", views.healthz, name="healthz"),
+    path("readyz", views.readyz, name="readyz"),
+    path("metrics", views.metrics_view, name="metrics"),
+    path("api/", include(api_patterns)),
+]
+
+handler404 = "skald.views.api_not_found"

@@ -1,0 +1,42 @@
+"""Plain probe views: parse nothing, delegate to readiness and metrics."""
+
+from __future__ import annotations
+
+import hmac
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.http import require_GET
+
+from skald import metrics
+from skald.api.exceptions import error_body
+from skald.readiness import readiness_report
+
+
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"status": "ok"})
+
+
+@require_GET
+def readyz(request: HttpRequest) -> JsonResponse:
+    ready, body = readiness_report()
+    return JsonResponse(body, status=200 if ready else 503)
+
+
+@require_GET
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    token = settings.SKALD_METRICS_TOKEN
+    if token:
+        supplied = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        if not hmac.compare_digest(supplied.encode(), token.encode()):
+            return JsonResponse(error_body("not_authenticated", "A metrics token is required."), status=401)
+    return HttpResponse(metrics.render(), content_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def api_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if request.path.startswith(("/api/", "/workflow/")):
+        return JsonResponse(error_body("not_found", "Not found."), status=404)
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception or Exception("not found"))

@@ -1,0 +1,109 @@
+"""The audit log in the admin: read-only for everyone, verify for readers, record-head for superusers."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.admin.sites import site
+from django.db import connection
+from django.test import RequestFactory
+
+from audit.kinds import AuditKind
+from audit.models import AuditEvent, ChainHead
+from tests.audit.forge import tamper
+from tests.conftest import make_user
+
+pytestmark = pytest.mark.django_db
+CHANGELIST = "/admin/audit/auditevent/"
+VERIFY = CHANGELIST + "verify/"
+RECORD_HEAD = CHANGELIST + "record-head/"
+
+
+@pytest.fixture
+def root(db: None):
+    return make_user("root", superuser=True)
+
+
+def test_nobody_may_add_change_or_delete_audit_rows_not_even_a_superuser(root):
+    request = RequestFactory().get(CHANGELIST)
+    request.user = root
+    for model in (AuditEvent, ChainHead):
+        model_admin = site._registry[model]
+        assert model_admin.has_view_permission(request)
+        assert not model_admin.has_add_permission(request)
+        assert not model_admin.has_change_permission(request)
+        assert not model_admin.has_delete_permission(request)
+
+
+def test_the_detail_page_is_read_only_and_writes_are_refused(client, root, audit_chain):
+    event = audit_chain(3)[1]
+    client.force_login(root)
+    page = client.get(f"{CHANGELIST}{event.pk}/change/")
+    assert page.status_code == 200 and b'name="_save"' not in page.content
+    assert event.hash.encode() in page.content
+    assert client.post(f"{CHANGELIST}{event.pk}/change/", {"payload": "{}"}).status_code == 403
+    assert client.post(f"{CHANGELIST}{event.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert client.get(CHANGELIST + "add/").status_code == 403
+    assert AuditEvent.objects.get(pk=event.pk).payload == event.payload
+
+
+def test_an_auditor_browses_and_filters_the_log(client, dave, audit_chain):
+    audit_chain(12)
+    client.force_login(dave)
+    page = client.get(CHANGELIST)
+    assert page.status_code == 200
+    assert b"Verify chain" in page.content and b"Record head" not in page.content
+    by_kind = client.get(CHANGELIST, {"kind__exact": int(AuditKind.RUN_LAUNCHED)})
+    assert {e.kind for e in by_kind.context["cl"].result_list} == {AuditKind.RUN_LAUNCHED}
+    by_actor = client.get(CHANGELIST, {"actor_type__exact": "agent", "actor_id": "troubleshooter"})
+    assert {e.actor_id for e in by_actor.context["cl"].result_list} == {"troubleshooter"}
+    by_subject = client.get(CHANGELIST, {"subject_type": "skald.run", "subject_id": "2"})
+    assert sorted(e.seq for e in by_subject.context["cl"].result_list) == [6, 7, 8]
+    assert client.get("/admin/audit/chainhead/").status_code == 200
+
+
+def test_an_outsider_cannot_see_the_log(client, charlie):
+    client.force_login(charlie)
+    assert client.get(CHANGELIST).status_code == 302  # not staff: back to the login page
+    assert client.get(VERIFY).status_code == 302
+
+
+def test_the_verify_view_shows_intact_and_broken_chains(client, dave, audit_chain):
+    audit_chain(40, head_at=40)
+    client.force_login(dave)
+    page = client.get(VERIFY)
+    assert page.status_code == 200 and page.context["report"].ok
+    assert b'data-ok="true"' in page.content and b"40 rows verified" in page.content
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE audit_auditevent SET actor_id = 'mallory' WHERE seq = 33")
+    page = client.get(VERIFY)
+    assert b'data-ok="false"' in page.content
+    assert b"Chain broken at seq 33:" in page.content
+
+
+def test_a_superuser_records_a_head_through_the_service(client, root, audit_chain):
+    audit_chain(5)
+    client.force_login(root)
+    assert b"Record head" in client.get(CHANGELIST).content
+    response = client.post(RECORD_HEAD)
+    assert response.status_code == 302 and response.url == CHANGELIST
+    event = AuditEvent.objects.get(seq=6)
+    assert (event.kind, event.actor_type, event.actor_id) == (
+        AuditKind.CHAIN_HEAD_RECORDED, "user", str(root.pk)
+    )
+    assert ChainHead.objects.get().seq == 6
+    assert client.get(RECORD_HEAD).status_code == 405  # a write is never a GET
+
+
+def test_an_auditor_cannot_record_a_head(client, dave):
+    client.force_login(dave)
+    assert client.post(RECORD_HEAD).status_code == 403
+    assert not ChainHead.objects.exists()
+
+
+def test_the_log_still_renders_a_row_tampered_to_an_unknown_kind(client, dave, audit_chain):
+    audit_chain(3)
+    tamper(2, "kind", 999)
+    client.force_login(dave)
+    page = client.get(CHANGELIST)
+    assert page.status_code == 200 and b"unknown kind 999" in page.content
+    assert b"Chain broken at seq 2:" in client.get(VERIFY).content

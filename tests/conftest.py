@@ -1,0 +1,63 @@
+"""Shared fixtures: named people (alice the operator, bob the reviewer, carol the approver,
+dave the auditor, charlie the outsider) and authenticated API clients."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from django.contrib.auth.models import Group, User
+from rest_framework.test import APIClient
+from rest_framework_simplejwt.tokens import RefreshToken
+
+from skald.core.roles import roles_ensure
+
+PASSWORD = "correct horse battery staple"
+
+
+def make_user(username: str, *roles: str, superuser: bool = False) -> User:
+    roles_ensure()  # transactional tests flush the groups the migration created
+    user = User.objects.create_user(username=username, password=PASSWORD, is_superuser=superuser,
+                                    is_staff=superuser or bool(roles))
+    for role in roles:
+        user.groups.add(Group.objects.get(name=role))
+    return user
+
+
+@pytest.fixture
+def alice(db: None) -> User:
+    return make_user("alice", "operator", "workflow")
+
+
+@pytest.fixture
+def bob(db: None) -> User:
+    return make_user("bob", "reviewer")
+
+
+@pytest.fixture
+def carol(db: None) -> User:
+    return make_user("carol", "approver")
+
+
+@pytest.fixture
+def dave(db: None) -> User:
+    return make_user("dave", "auditor")
+
+
+@pytest.fixture
+def charlie(db: None) -> User:
+    return make_user("charlie")
+
+
+@pytest.fixture
+def api() -> Callable[[User | None], APIClient]:
+    """``api(user)`` → a client carrying that user's JWT; ``api(None)`` → anonymous."""
+
+    def build(user: User | None) -> APIClient:
+        client = APIClient()
+        if user is not None:
+            token = RefreshToken.for_user(user).access_token
+            client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+        return client
+
+    return build

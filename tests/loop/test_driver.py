@@ -1,0 +1,232 @@
+"""The driver end to end on the real store, with scripted providers (SPEC L1-L5, L9, L10, L12, L15)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from loop.bounds import Bounds
+from loop.driver import run_turns_keyed
+from loop.errors import PersistError, ProviderError
+from loop.events import EventKind
+from loop.models import Exchange, ExchangeStatus, SessionEvent, ToolCall, ToolCallStatus
+from loop.outcomes import (
+    BudgetExceeded,
+    Canceled,
+    Completed,
+    ProviderFailed,
+    TurnCapReached,
+)
+from loop.providers.base import MessageEnd, TextDelta, ToolResultMessage
+from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
+from skald.loop_adapters.store import kernel_store
+from tests.loop.conftest import ScriptedGate
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
+
+
+def in_thread(fn):
+    """Run ``fn`` in a worker thread that closes its own database connection."""
+    box: dict = {}
+
+    def target():
+        try:
+            box["r"] = fn()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread, box
+
+
+def kinds(session) -> list[str]:
+    return list(SessionEvent.objects.filter(session=session).order_by("seq").values_list("kind", flat=True))
+
+
+def test_it_completes_a_tool_free_turn_with_a_receipt(make_env, session):
+    provider = LoopbackProvider([text_turn("hello")])
+    result = run_turns_keyed(make_env(provider), request_key="k1", content="hi")
+    assert result.outcome == Completed(answer="hello")
+    assert result.receipt["outcome"] == "completed" and result.receipt["events"] == 2
+    assert kinds(session) == ["user", "assistant"]
+    provider.assert_complete()
+
+
+def test_it_runs_a_tool_round_and_records_the_fixed_pipeline(make_env, session):
+    provider = LoopbackProvider([tool_turn(("echo", {"text": "ping"})), text_turn("done")])
+    result = run_turns_keyed(make_env(provider), request_key="k1", content="hi")
+    assert isinstance(result.outcome, Completed)
+    assert kinds(session) == ["user", "assistant", "control:tool_intent", "tool_result", "control:tool_done",
+                              "assistant"]
+    call = ToolCall.objects.get(session=session)
+    assert (call.call_key, call.status, call.result) == ("e1:t1:c0", ToolCallStatus.COMPLETED, "echo: ping")
+    second = provider.calls[1].messages
+    assert second[1].tool_calls[0].id == "e1:t1:c0"  # re-keyed for the model
+    assert second[2] == ToolResultMessage(call_id="e1:t1:c0", name="echo", content="echo: ping")
+
+
+def test_an_exact_retry_returns_the_stored_receipt_and_sends_nothing(make_env):
+    provider = LoopbackProvider([text_turn("once")])
+    first = run_turns_keyed(make_env(provider), request_key="same", content="hi")
+    again = run_turns_keyed(make_env(provider), request_key="same", content="hi")
+    assert again.replayed and again.receipt == first.receipt and again.exchange_id == first.exchange_id
+    assert len(provider.calls) == 1
+
+
+def test_a_model_that_always_asks_for_a_tool_gets_exactly_max_turns_requests(make_env, session):
+    provider = LoopbackProvider([tool_turn(("echo", {"text": "again"}))], repeat_last=True)
+    result = run_turns_keyed(make_env(provider), request_key="k", content="loop forever")
+    assert result.outcome == TurnCapReached(turns=8)
+    assert len(provider.calls) == 8
+    last = ToolCall.objects.filter(session=session).order_by("-id").first()
+    assert last.status == ToolCallStatus.CANCELLED and "turn cap" in last.result  # the group stays complete
+    assert ToolCall.objects.filter(session=session, status=ToolCallStatus.COMPLETED).count() == 7
+
+
+def test_a_large_tool_output_reaches_the_next_request_truncated(make_env):
+    provider = LoopbackProvider([tool_turn(("big_output", {"bytes": 100 * 1024})), text_turn("ok")])
+    run_turns_keyed(make_env(provider), request_key="k", content="big")
+    result = provider.calls[1].messages[-1]
+    assert isinstance(result, ToolResultMessage)
+    assert len(result.content.encode()) <= 16 * 1024
+    assert "output truncated" in result.content
+
+
+def test_an_unknown_tool_is_a_loud_refusal_the_model_sees(make_env):
+    provider = LoopbackProvider([tool_turn(("rm_rf", {})), text_turn("sorry")])
+    result = run_turns_keyed(make_env(provider), request_key="k", content="x")
+    assert isinstance(result.outcome, Completed)
+    seen = provider.calls[1].messages[-1]
+    assert seen.is_error and "unknown_tool" in seen.content
+
+
+def test_a_gate_denial_becomes_a_rejected_result(make_env, session):
+    provider = LoopbackProvider([tool_turn(("echo", {"text": "x"})), text_turn("ok")])
+    run_turns_keyed(make_env(provider, gate=ScriptedGate(deny={"echo"})), request_key="k", content="x")
+    call = ToolCall.objects.get(session=session)
+    assert call.status == ToolCallStatus.REJECTED and "denied by the approval gate" in call.result
+
+
+def test_invalid_arguments_are_a_model_visible_error(make_env):
+    provider = LoopbackProvider([tool_turn(("echo", {"text": 42})), text_turn("ok")])
+    run_turns_keyed(make_env(provider), request_key="k", content="x")
+    seen = provider.calls[1].messages[-1]
+    assert seen.is_error and "invalid_arguments" in seen.content
+
+
+def test_a_required_call_parks_the_exchange_awaiting_human(make_env, session):
+    gate = ScriptedGate(require={"echo"})
+    provider = LoopbackProvider([tool_turn(("echo", {"text": "x"}), ("nap_unsafe", {"seconds": 0}))])
+    result = run_turns_keyed(make_env(provider, gate=gate), request_key="k", content="x")
+    assert result.outcome.name == "awaiting_human"
+    assert Exchange.objects.get(pk=result.exchange_id).status == ExchangeStatus.PARKED
+    statuses = dict(ToolCall.objects.filter(session=session).values_list("tool", "status"))
+    assert statuses == {"echo": ToolCallStatus.AWAITING_HUMAN, "nap_unsafe": ToolCallStatus.COMPLETED}
+    assert [c.tool for c in gate.parked] == ["echo"]
+    assert EventKind.APPROVAL_REQUESTED in kinds(session)
+
+
+def test_concurrency_safe_calls_fan_out_and_record_in_call_order(make_env, session):
+    calls = [("nap", {"seconds": 0.4}) for _ in range(4)]
+    provider = LoopbackProvider([tool_turn(*calls), text_turn("rested")])
+    started = time.monotonic()
+    run_turns_keyed(make_env(provider), request_key="k", content="nap")
+    elapsed = time.monotonic() - started
+    assert elapsed < 1.2, f"4 x 0.4 s naps took {elapsed:.2f} s: not concurrent"
+    results = list(SessionEvent.objects.filter(session=session, kind="tool_result").order_by("seq"))
+    assert [r.payload["key"] for r in results] == [f"e1:t1:c{i}" for i in range(4)]
+    threads = {r.payload["content"].split(" on ")[1] for r in results}
+    assert len(threads) > 1
+
+
+def test_a_mixed_round_runs_sequentially(make_env):
+    provider = LoopbackProvider([tool_turn(("nap", {"seconds": 0.3}), ("nap_unsafe", {"seconds": 0.3})),
+                                 text_turn("ok")])
+    started = time.monotonic()
+    run_turns_keyed(make_env(provider), request_key="k", content="nap")
+    assert time.monotonic() - started >= 0.6
+
+
+def test_a_stop_from_another_process_cancels_within_a_second(make_env, session):
+    slow = LoopbackProvider([[TextDelta("thinking ")] * 200 + [MessageEnd()]], delay=0.05)
+    env = make_env(slow, cancel_poll_interval=0.1)
+    worker, box = in_thread(lambda: run_turns_keyed(env, request_key="k", content="x"))
+    while not Exchange.objects.filter(session=session).exists():
+        time.sleep(0.01)
+    time.sleep(0.3)
+    exchange = Exchange.objects.get(session=session)
+    stop_at = time.monotonic()
+    assert kernel_store().request_cancel(exchange.pk, principal="user:1")
+    worker.join(5)
+    latency = time.monotonic() - stop_at
+    assert isinstance(box["r"].outcome, Canceled)
+    assert latency < 1.0, f"stop took {latency:.2f}s"
+    assert kinds(session)[-1] == EventKind.CANCELED
+    assert not ToolCall.objects.filter(session=session).exists()
+
+
+def test_a_stop_during_a_tool_round_dispatches_no_further_tool(make_env, session):
+    provider = LoopbackProvider([tool_turn(("nap_unsafe", {"seconds": 5}), ("echo", {"text": "after"}))])
+    env = make_env(provider, cancel_poll_interval=0.05)
+    worker, box = in_thread(lambda: run_turns_keyed(env, request_key="k", content="x"))
+    while not ToolCall.objects.filter(session=session, status=ToolCallStatus.RUNNING).exists():
+        time.sleep(0.01)
+    kernel_store().request_cancel(Exchange.objects.get(session=session).pk, principal="user:1")
+    worker.join(5)
+    assert isinstance(box["r"].outcome, Canceled)
+    echo = ToolCall.objects.get(session=session, tool="echo")
+    assert echo.status == ToolCallStatus.CANCELLED
+    assert not SessionEvent.objects.filter(session=session, kind="control:tool_intent",
+                                           payload__key=echo.call_key).exists()
+
+
+def test_a_provider_failure_after_admission_is_durably_terminal(make_env):
+    provider = LoopbackProvider([ProviderError("upstream 500", code="provider_http_status")])
+    result = run_turns_keyed(make_env(provider), request_key="k", content="x")
+    assert result.outcome == ProviderFailed(code="provider_http_status", message="upstream 500")
+    again = run_turns_keyed(make_env(provider), request_key="k", content="x")
+    assert again.replayed and len(provider.calls) == 1
+
+
+def test_the_budget_stops_dispatch_with_at_most_one_overshoot(make_env):
+    provider = LoopbackProvider([tool_turn(("echo", {"text": "x"}), usage=(60, 60))], repeat_last=True)
+    result = run_turns_keyed(make_env(provider, bounds=Bounds(budget_tokens=100)), request_key="k", content="x")
+    assert result.outcome == BudgetExceeded(reason="budget_spent")
+    assert len(provider.calls) == 1
+
+
+def test_a_call_without_usage_makes_accounting_incomplete_and_refuses_further_dispatch(make_env):
+    provider = LoopbackProvider([[*tool_turn(("echo", {"text": "x"}))[:-2], MessageEnd("tool_calls")],
+                                 text_turn("never")])
+    result = run_turns_keyed(make_env(provider), request_key="k", content="x")
+    assert result.outcome == BudgetExceeded(reason="accounting_incomplete")
+    assert len(provider.calls) == 1
+    assert Exchange.objects.get(pk=result.exchange_id).accounting_incomplete
+
+
+def test_a_payload_over_the_cap_refuses_and_keeps_the_claim(make_env):
+    provider = LoopbackProvider([text_turn("y" * 70_000)])
+    with pytest.raises(PersistError):
+        run_turns_keyed(make_env(provider), request_key="k", content="x")
+    exchange = Exchange.objects.get(request_key="k")
+    assert exchange.status == ExchangeStatus.BROKEN and exchange.error_code == "payload_too_large"
+
+
+def test_a_slow_tool_times_out_as_a_model_visible_error(make_env):
+    provider = LoopbackProvider([tool_turn(("nap_unsafe", {"seconds": 5})), text_turn("ok")])
+    started = time.monotonic()
+    run_turns_keyed(make_env(provider, bounds=Bounds(tool_timeout=0.3)), request_key="k", content="x")
+    assert time.monotonic() - started < 3
+    seen = provider.calls[1].messages[-1]
+    assert seen.is_error and "timed out" in seen.content
+
+
+def test_every_transition_is_in_a_chain_that_verifies(make_env):
+    provider = LoopbackProvider([tool_turn(("echo", {"text": "x"})), text_turn("ok")])
+    run_turns_keyed(make_env(provider), request_key="k", content="x")
+    call_command("verify_chain")  # exits 0 (raises SystemExit otherwise)
