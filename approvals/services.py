@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, Literal
 
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from approvals.models import KnownTool, ToolCategory
+from approvals.models import ApprovalStatus, KnownTool, PendingApproval, ToolCategory
 from audit.actors import Actor
 from audit.kinds import AuditKind
 from audit.services import audit_append
+from loop.digest import arguments_hash
 from loop.providers.base import ToolSpec
 from skald.core import clock
+from skald.core.errors import Conflict, Forbidden, NotFound, SkaldError
+from skald.core.roles import Role, has_role
+from skald.queue import enqueue_on_commit
 
 
 def known_tools_record(*, specs: Sequence[ToolSpec], category: str = ToolCategory.DYNAMIC) -> int:
@@ -33,3 +41,108 @@ def known_tools_record(*, specs: Sequence[ToolSpec], category: str = ToolCategor
                          subject_id=",".join(sorted(s.name for s in fresh))[:64],
                          payload={"tools": sorted(s.name for s in fresh)})
     return created
+
+
+# --- durable approvals -------------------------------------------------------------------------
+
+Decision = Literal["approve", "reject"]
+
+
+def _approval_for_update(*, request_id: Any = None, tool_call_id: int | None = None) -> PendingApproval:
+    query = PendingApproval.objects.select_for_update()
+    try:
+        if request_id is not None:
+            return query.get(request_id=request_id)
+        return query.get(tool_call_id=tool_call_id)
+    except (PendingApproval.DoesNotExist, ValueError, ValidationError):
+        raise NotFound("No such approval.", code="approval_not_found") from None
+
+
+def pending_approval_resolve(
+    *,
+    resolver: AbstractBaseUser,
+    decision: str,
+    reason: str = "",
+    request_id: Any = None,
+    tool_call_id: int | None = None,
+) -> PendingApproval:
+    """Resolve one parked call by request id or by tool-call id (the owning session comes from the
+    call's own row). Re-validates everything before anything runs; single-use; schedules the
+    continuation on commit. Raises SkaldError with a stable code."""
+    if decision not in ("approve", "reject"):
+        raise SkaldError("decision must be 'approve' or 'reject'", code="invalid", http_status=400,
+                         fields={"decision": ["must be approve or reject"]})
+    if not has_role(resolver, Role.APPROVER):
+        raise Forbidden("Only approvers resolve approvals.", code="permission_denied")
+    expired_now = False
+    with transaction.atomic():
+        approval = _approval_for_update(request_id=request_id, tool_call_id=tool_call_id)
+        if approval.status == ApprovalStatus.EXPIRED:
+            raise SkaldError("This approval has expired.", code="approval_expired", http_status=410)
+        if approval.status != ApprovalStatus.PENDING:
+            raise Conflict("This approval was already resolved.", code="approval_already_resolved",
+                           status=approval.status)
+        if approval.expires_at <= clock.now():
+            expired_now = True
+        else:
+            if settings.SKALD_FOUR_EYES and approval.requested_by_id == resolver.pk:
+                raise Forbidden("Four eyes: the requester cannot approve their own call.", code="four_eyes_required")
+            call = approval.tool_call
+            if call.arguments_hash != approval.args_hash or arguments_hash(approval.args) != approval.args_hash:
+                raise Conflict("The call's arguments changed since approval was requested.",
+                               code="approval_arguments_changed")
+            approval.status = ApprovalStatus.APPROVED if decision == "approve" else ApprovalStatus.REJECTED
+            approval.resolved_by_id = resolver.pk
+            approval.resolved_at = clock.now()
+            approval.reason = reason[:2000]
+            approval.save(update_fields=["status", "resolved_by", "resolved_at", "reason"])
+            audit_append(
+                actor=Actor.user(resolver), kind=AuditKind.APPROVAL_RESOLVED, subject_type="approval",
+                subject_id=str(approval.request_id),
+                payload={"decision": decision, "reason": reason[:500], "tool_call": call.pk,
+                         "rule": approval.rule_id, "arguments_hash": approval.args_hash},
+            )
+            _announce(approval, resolver_label=f"user:{resolver.pk}")
+            enqueue_on_commit("skald.tasks.resolve_pending_call", call.pk, decision, reason[:2000])
+    if expired_now:
+        approvals_expire(request_ids=[approval.request_id])
+        raise SkaldError("This approval has expired.", code="approval_expired", http_status=410)
+    approval.refresh_from_db()
+    return approval
+
+
+def approvals_expire(*, request_ids: Sequence[Any] | None = None) -> int:
+    """Expire overdue pending approvals (the scheduled job calls this with none): each call gets a
+    typed ``expired`` result and its run continues, so an unanswered approval never wedges."""
+    now = clock.now()
+    overdue = PendingApproval.objects.filter(status=ApprovalStatus.PENDING, expires_at__lte=now)
+    if request_ids is not None:
+        overdue = overdue.filter(request_id__in=list(request_ids))
+    expired = 0
+    for request_id in list(overdue.values_list("request_id", flat=True)[:500]):
+        with transaction.atomic():
+            approval = PendingApproval.objects.select_for_update().get(request_id=request_id)
+            if approval.status != ApprovalStatus.PENDING:
+                continue
+            approval.status = ApprovalStatus.EXPIRED
+            approval.resolved_at = now
+            approval.save(update_fields=["status", "resolved_at"])
+            audit_append(actor=Actor.system("expiry"), kind=AuditKind.APPROVAL_EXPIRED, subject_type="approval",
+                         subject_id=str(approval.request_id),
+                         payload={"tool_call": approval.tool_call_id, "expires_at": approval.expires_at.isoformat()})
+            _announce(approval, resolver_label="system:expiry")
+            enqueue_on_commit("skald.tasks.resolve_pending_call", approval.tool_call_id, "expire", "")
+            expired += 1
+    return expired
+
+
+def _announce(approval: PendingApproval, *, resolver_label: str) -> None:
+    from skald.loop_adapters.store import kernel_store
+
+    kernel_store().append_event(
+        session_id=approval.session_id, kind="control:approval_resolved",
+        payload={"request_id": str(approval.request_id), "tool_call_id": approval.tool_call_id,
+                 "status": approval.status, "reason": approval.reason[:500], "by": resolver_label},
+        key=f"approval:{approval.request_id}:resolved", principal=resolver_label,
+        exchange_id=approval.tool_call.exchange_id,
+    )

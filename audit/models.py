@@ -36,7 +36,8 @@ class AuditEvent(models.Model):
         indexes = [models.Index(fields=["subject_type", "subject_id"], name="audit_subject")]
 
     def __str__(self) -> str:
-        return f"#{self.seq} {AuditKind(self.kind).label}"
+        label = AuditKind(self.kind).label if self.kind in AuditKind.values else f"unknown kind {self.kind}"
+        return f"#{self.seq} {label}"
 
 
 class ChainHead(models.Model):

@@ -464,6 +464,22 @@ class Store:
                 payload={"code": code, "message": message[:300]},
             )
 
+    def take_awaiting(self, call: ToolCall, *, to_status: str, principal: str) -> bool:
+        """Move a call out of awaiting_human exactly once (a second resolver gets False)."""
+        with transaction.atomic():
+            if not _transition_if(call.pk, ToolCallStatus.AWAITING_HUMAN, to_status, self.clock.now()):
+                return False
+            call.refresh_from_db()
+            self.audit.append(
+                "loop.tool_call.transition", principal=principal, subject_type="tool_call", subject_id=str(call.pk),
+                payload={"key": call.call_key, "tool": call.tool, "from": ToolCallStatus.AWAITING_HUMAN,
+                         "to": to_status, "arguments_hash": call.arguments_hash},
+            )
+        return True
+
+    def awaiting_calls(self, exchange_id: int) -> int:
+        return ToolCall.objects.filter(exchange_id=exchange_id, status=ToolCallStatus.AWAITING_HUMAN).count()
+
     # --- scratchpad ---------------------------------------------------------------------------------
 
     def scratchpad_set(self, session_id: int, key: str, value: str, *, principal: str) -> None:
@@ -499,3 +515,8 @@ def build_receipt(
         "digest": events_digest(events),
         "detail": dict(detail),
     }
+
+
+def _transition_if(call_id: int, from_status: str, to_status: str, now: Any) -> bool:
+    """A conditional state change: exactly one actor moves a call out of ``from_status``."""
+    return ToolCall.objects.filter(pk=call_id, status=from_status).update(status=to_status, updated_at=now) == 1

@@ -106,4 +106,22 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             await database_sync_to_async(session_stop)(user=self.user, session=self.session)
             await self.send_json({"type": "stop.accepted"})
             return
+        if kind == "approval.resolve":
+            await self._resolve(content)
+            return
         await self.send_json({"type": "error", "code": "unknown_message", "message": f"unknown type {kind!r}"})
+
+    async def _resolve(self, content: dict[str, Any]) -> None:
+        from approvals.services import pending_approval_resolve
+
+        try:
+            approval = await database_sync_to_async(pending_approval_resolve)(
+                resolver=self.user, request_id=content.get("request_id"), decision=str(content.get("decision")),
+                reason=str(content.get("reason") or ""),
+            )
+        except SkaldError as exc:
+            await self.send_json({"type": "error", "code": exc.code, "message": exc.message,
+                                  "request_id": content.get("request_id")})
+            return
+        await self.send_json({"type": "approval.accepted", "request_id": str(approval.request_id),
+                              "status": approval.status})

@@ -99,7 +99,7 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": VAR_DIR / "skald.sqlite3",
+            "NAME": envstr("SKALD_SQLITE_PATH") or VAR_DIR / "skald.sqlite3",
             "OPTIONS": {
                 # IMMEDIATE takes the write lock at BEGIN: a read-then-write transaction (the audit
                 # head, per-session sequences) can never fail half-way with "database is locked".
@@ -109,7 +109,7 @@ else:
             },
             # A file, not shared-cache memory: the kernel, its tool threads and the tests of a fresh
             # worker process need real SQLite locking, exactly as in production.
-            "TEST": {"NAME": envstr("SKALD_TEST_SQLITE_NAME", str(VAR_DIR / "test.sqlite3"))},
+            "TEST": {"NAME": envstr("SKALD_TEST_SQLITE_NAME", str(VAR_DIR / f"test-{os.getpid()}.sqlite3"))},
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -35,3 +35,24 @@ def after_exchange(exchange_id: int) -> None:
     from skald.cases.runs import run_sync_from_exchange
 
     run_sync_from_exchange(exchange_id)
+
+
+def resolve_pending_call(tool_call_id: int, resolution: str, reason: str = "") -> str:
+    """Continue after a human answered (or an approval expired): run or settle the call, then
+    drive the exchange on when nothing else of it waits. Works the same after any restart."""
+    from loop.models import ToolCall
+    from loop.recovery import resolve_pending
+
+    call = ToolCall.objects.select_related("session", "frame").get(pk=tool_call_id)
+    env = build_env(call.session, exchange_id=call.exchange_id)
+    result = resolve_pending(env, call, resolution=resolution,  # type: ignore[arg-type]
+                             reason=reason, claim_token=new_token())
+    after_exchange(call.exchange_id)
+    return result.outcome.name if result is not None else "settled call"
+
+
+def expire_approvals() -> int:
+    """Scheduled every minute: expire overdue approvals so no conversation wedges."""
+    from approvals.services import approvals_expire
+
+    return approvals_expire()

@@ -45,7 +45,8 @@ class EventSerializer(serializers.ModelSerializer):
 
 
 class MessageSerializer(serializers.Serializer):
-    content = serializers.CharField(max_length=65536, trim_whitespace=False)
+    # Blank content is the service's refusal (``message_invalid``), not a generic field error.
+    content = serializers.CharField(max_length=65536, trim_whitespace=False, allow_blank=True)
 
 
 class SessionListCreate(APIView):

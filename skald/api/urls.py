@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from django.urls import include, path
 
+from approvals import api_pending
 from skald.api import sessions
 
 urlpatterns = [
+    path("approval/", include("approvals.urls")),
     path("audit/", include("audit.urls")),
     path("sessions/", sessions.SessionListCreate.as_view(), name="sessions"),
     path("sessions/<int:session_id>/", sessions.SessionDetail.as_view(), name="session"),
@@ -15,4 +17,9 @@ urlpatterns = [
          name="session-exchange"),
     path("sessions/<int:session_id>/events/", sessions.SessionEvents.as_view(), name="session-events"),
     path("sessions/<int:session_id>/stop/", sessions.SessionStop.as_view(), name="session-stop"),
+    path("approvals/", api_pending.ApprovalList.as_view(), name="approvals"),
+    path("approvals/<str:request_id>/resolve", api_pending.ApprovalResolve.as_view(), name="approval-resolve"),
+    path("approvals/batches/<int:session_id>/<str:batch>/resolve", api_pending.BatchResolve.as_view(),
+         name="approval-batch-resolve"),
+    path("tools/<int:tool_call_id>/resolve", api_pending.ToolCallResolve.as_view(), name="tool-call-resolve"),
 ]

@@ -20,9 +20,8 @@ from skald import provider_config
 from skald.loop_adapters.bus import ChannelsBus
 from skald.loop_adapters.catalog import AgentRowCatalog
 from skald.loop_adapters.discovery import KnownToolRecorder
-from skald.loop_adapters.gates import AllowListGate
 from skald.loop_adapters.store import kernel_store
-from skald.tools.catalog import BUILTIN_TOOLS, READ_ONLY_TOOLS
+from skald.tools.catalog import BUILTIN_TOOLS
 from skald.tools.workspace import workspace_for
 
 ProviderFactory = Callable[[AgentSpec], LlmProvider]
@@ -66,7 +65,10 @@ def provider_for(agent: AgentSpec) -> LlmProvider:
 def default_gate() -> Gate:
     if _gate_factory is not None:
         return _gate_factory()
-    return AllowListGate(READ_ONLY_TOOLS)
+    from approvals.gate import ApprovalGate
+    from skald.loop_adapters.preview import write_preview
+
+    return ApprovalGate(previewer=write_preview)
 
 
 def deployment_bounds() -> Bounds:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_openai_server import TEST_SECRET, FakeOpenAIServer, FakeResolver
+from tests.loop.providers.fake_openai_server import TEST_SECRET, FakeOpenAIServer, FakeResolver
 
 from loop.providers.openai_compat import OpenAICompatProvider
 from loop.providers.profile import ProviderProfile

@@ -6,7 +6,7 @@ import ipaddress
 from collections.abc import Callable, Mapping, Sequence
 
 import pytest
-from fake_openai_server import FakeOpenAIServer, FakeResolver, StatusResponse, sse, text_chunks
+from tests.loop.providers.fake_openai_server import FakeOpenAIServer, FakeResolver, StatusResponse, sse, text_chunks
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

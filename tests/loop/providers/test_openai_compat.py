@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fake_openai_server import (
+from tests.loop.providers.fake_openai_server import (
     TEST_SECRET,
     FakeOpenAIServer,
     FakeResolver,

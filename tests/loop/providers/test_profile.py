@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from fake_openai_server import TEST_SECRET
+from tests.loop.providers.fake_openai_server import TEST_SECRET
 
 from loop.errors import HarnessError, ProviderError
 from loop.providers.profile import (

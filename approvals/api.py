@@ -1,0 +1,149 @@
+"""``GET /api/approval/explain`` and ``GET /api/approval/tools``: parse the query, delegate."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from approvals.engine import ACTIONS, Decision
+from approvals.policy import decide
+from approvals.selectors import agent_exists, tools_catalog, user_id_resolve
+from skald.api.errors_schema import error_responses
+from skald.api.permissions import roles
+from skald.core.roles import Role
+
+_RULE_FIELDS = {
+    "id": serializers.IntegerField(allow_null=True),
+    "group": inline_serializer(
+        name="ApprovalRuleGroup",
+        fields={"id": serializers.IntegerField(), "name": serializers.CharField()},
+        allow_null=True,
+    ),
+    "tool_pattern": serializers.CharField(),
+    "arg_matchers": serializers.DictField(child=serializers.CharField()),
+    "action": serializers.ChoiceField(choices=ACTIONS),
+    "priority": serializers.IntegerField(),
+    "enabled": serializers.BooleanField(),
+    "approval_ttl": serializers.IntegerField(allow_null=True, help_text="Seconds."),
+    "note": serializers.CharField(),
+}
+ExplainSerializer = inline_serializer(
+    name="ApprovalExplain",
+    fields={
+        "decision": serializers.ChoiceField(choices=ACTIONS),
+        "rule": inline_serializer(name="ApprovalDecidingRule", fields=_RULE_FIELDS, allow_null=True),
+        "rule_set": serializers.CharField(allow_null=True, help_text='"global" or "group:<name>".'),
+        "reason": serializers.CharField(),
+        "trace": inline_serializer(
+            name="ApprovalTraceEntry",
+            many=True,
+            fields={
+                "rule_set": serializers.CharField(),
+                "rule": inline_serializer(name="ApprovalRuleView", fields=_RULE_FIELDS),
+                "result": serializers.ChoiceField(choices=("match", "no_match", "skipped")),
+                "detail": serializers.CharField(),
+                "chosen": serializers.BooleanField(help_text="This rule decided its rule set."),
+            },
+        ),
+    },
+)
+ToolSerializer = inline_serializer(
+    name="ApprovalTool",
+    many=True,
+    fields={
+        "name": serializers.CharField(),
+        "category": serializers.ChoiceField(choices=("registry", "interface", "dynamic")),
+        "description": serializers.CharField(),
+    },
+)
+
+
+class ExplainQuery(serializers.Serializer):
+    tool = serializers.CharField(max_length=128)
+    args = serializers.CharField(required=False, default="{}", trim_whitespace=False)
+    user = serializers.CharField(required=False, max_length=150)
+    agent = serializers.CharField(required=False, max_length=64)
+
+    def validate_args(self, value: str) -> dict[str, Any]:
+        try:
+            parsed = json.loads(value)
+        except ValueError as exc:
+            raise serializers.ValidationError(f"not JSON: {exc}") from None
+        if not isinstance(parsed, dict):
+            raise serializers.ValidationError("must be a JSON object")
+        return parsed
+
+    def validate_user(self, value: str) -> int:
+        user_id = user_id_resolve(value)
+        if user_id is None:
+            raise serializers.ValidationError("no such user")
+        return user_id
+
+    def validate_agent(self, value: str) -> str:
+        if not agent_exists(value):
+            raise serializers.ValidationError("no such agent")
+        return value
+
+
+def explain_body(decision: Decision) -> dict[str, Any]:
+    return {
+        "decision": decision.action,
+        "rule": decision.rule.as_dict() if decision.rule is not None else None,
+        "rule_set": decision.rule_set,
+        "reason": decision.reason,
+        "trace": [entry.as_dict() for entry in decision.trace],
+    }
+
+
+class ExplainView(APIView):
+    permission_classes = [roles(Role.APPROVER, Role.OPERATOR)]
+
+    @extend_schema(
+        operation_id="approval_explain",
+        summary="Explain the gate's decision for a call",
+        description=(
+            "Evaluates the approval rules exactly as the gate would for a call of `tool` with `args` "
+            "by `user` and/or `agent`, and returns the decision, the rule that decided and every rule "
+            "considered. Semantics: within a rule set (the global rules, each security group) the "
+            "matching rule with the lowest priority decides (ties: deny over require over allow); "
+            "across sets the most restrictive decision wins; no matching rule, no scope (neither user "
+            "nor agent) or an engine fault denies."
+        ),
+        parameters=[
+            OpenApiParameter("tool", OpenApiTypes.STR, required=True, description="Tool name."),
+            OpenApiParameter("args", OpenApiTypes.STR, description='Arguments as a JSON object, e.g. {"path": "a"}.'),
+            OpenApiParameter("user", OpenApiTypes.STR, description="Username or user id."),
+            OpenApiParameter("agent", OpenApiTypes.STR, description="Agent name."),
+        ],
+        responses={200: ExplainSerializer, **error_responses(**{"400": ("invalid",)})},
+    )
+    def get(self, request: Request) -> Response:
+        query = ExplainQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        data = query.validated_data
+        decision = decide(tool=data["tool"], args=data["args"], user_id=data.get("user"), agent=data.get("agent"))
+        return Response(explain_body(decision))
+
+
+class ToolListView(APIView):
+    permission_classes = [roles(Role.APPROVER, Role.OPERATOR)]
+
+    @extend_schema(
+        operation_id="approval_tools",
+        summary="Every tool that can be gated",
+        description=(
+            "Registry tools, built-in interface tools and every tool ever offered to a model "
+            "(known tools, category `dynamic`), deduplicated: a name appears once, under the first "
+            "category that knows it (registry, interface, dynamic)."
+        ),
+        responses={200: ToolSerializer, **error_responses()},
+    )
+    def get(self, request: Request) -> Response:
+        return Response(tools_catalog())

@@ -1,0 +1,115 @@
+"""REST for durable approvals: list, resolve by request id, resolve by tool-call id, resolve a
+batch. Views parse and delegate to ``approvals.services``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from approvals import selectors_pending
+from approvals.models import ApprovalStatus, PendingApproval
+from approvals.services import pending_approval_resolve
+from skald.api.errors_schema import error_responses
+from skald.api.permissions import roles
+from skald.core.roles import Role
+
+RESOLVE_ERRORS = error_responses(
+    _400="invalid", _403="four_eyes_required", _404="approval_not_found",
+    _409=("approval_already_resolved", "approval_arguments_changed"), _410="approval_expired",
+)
+
+
+class ApprovalSerializer(serializers.ModelSerializer):
+    tool_call_id = serializers.IntegerField()
+    session = serializers.IntegerField(source="session_id")
+    rule = serializers.JSONField(source="rule_snapshot")
+    requested_by = serializers.SerializerMethodField()
+    resolved_by = serializers.SerializerMethodField()
+
+    class Meta:
+        model = PendingApproval
+        fields = ["request_id", "tool_call_id", "session", "batch", "tool", "args", "preview", "rule",
+                  "requested_by", "expires_at", "status", "resolved_by", "resolved_at", "reason", "created_at"]
+
+    def get_requested_by(self, obj: PendingApproval) -> str | None:
+        return obj.requested_by.get_username() if obj.requested_by else None
+
+    def get_resolved_by(self, obj: PendingApproval) -> str | None:
+        return obj.resolved_by.get_username() if obj.resolved_by else None
+
+
+class ResolveSerializer(serializers.Serializer):
+    decision = serializers.ChoiceField(choices=["approve", "reject"])
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+
+
+def _accepted(approvals: list[PendingApproval]) -> Response:
+    body: dict[str, Any] = {"continuation": "scheduled",
+                            "approvals": ApprovalSerializer(approvals, many=True).data}
+    if len(approvals) == 1:
+        body.update(ApprovalSerializer(approvals[0]).data)
+    return Response(body, status=status.HTTP_202_ACCEPTED)
+
+
+class ApprovalList(APIView):
+    permission_classes = [roles(Role.APPROVER, Role.OPERATOR)]
+
+    @extend_schema(parameters=[OpenApiParameter("status", str, enum=ApprovalStatus.values),
+                               OpenApiParameter("session", int)],
+                   responses={200: ApprovalSerializer(many=True), **error_responses()})
+    def get(self, request: Request) -> Response:
+        session = request.query_params.get("session")
+        items = selectors_pending.approvals_list(
+            status=request.query_params.get("status"),
+            session_id=int(session) if session and session.isdigit() else None,
+        )[:200]
+        return Response(ApprovalSerializer(items, many=True).data)
+
+
+class ApprovalResolve(APIView):
+    permission_classes = [roles(Role.APPROVER)]
+
+    @extend_schema(request=ResolveSerializer, responses={202: ApprovalSerializer, **RESOLVE_ERRORS})
+    def post(self, request: Request, request_id: str) -> Response:
+        body = ResolveSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        approval = pending_approval_resolve(resolver=request.user, request_id=request_id, **body.validated_data)
+        return _accepted([approval])
+
+
+class ToolCallResolve(APIView):
+    """Resolve by the durable tool-call id; the owning session comes from the call's own row."""
+
+    permission_classes = [roles(Role.APPROVER)]
+
+    @extend_schema(request=ResolveSerializer, responses={202: ApprovalSerializer, **RESOLVE_ERRORS})
+    def post(self, request: Request, tool_call_id: int) -> Response:
+        body = ResolveSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        approval = pending_approval_resolve(resolver=request.user, tool_call_id=tool_call_id, **body.validated_data)
+        return _accepted([approval])
+
+
+class BatchResolve(APIView):
+    """Answer every still-pending call of a batch at once (calls parked together in one round)."""
+
+    permission_classes = [roles(Role.APPROVER)]
+
+    @extend_schema(request=ResolveSerializer, responses={202: ApprovalSerializer(many=True), **RESOLVE_ERRORS})
+    def post(self, request: Request, session_id: int, batch: str) -> Response:
+        body = ResolveSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        pending = list(selectors_pending.batch_members(session_id=session_id, batch=batch)
+                       .filter(status=ApprovalStatus.PENDING).values_list("request_id", flat=True))
+        if not pending:
+            from skald.core.errors import NotFound
+
+            raise NotFound("No pending approvals in that batch.", code="approval_not_found")
+        resolved = [pending_approval_resolve(resolver=request.user, request_id=rid, **body.validated_data)
+                    for rid in pending]
+        return _accepted(resolved)

@@ -1,0 +1,35 @@
+"""The database-backed decision: load the scope's rule sets, then ask the pure engine.
+
+Fail-closed: a database error (or anything else) while loading the rules is a deny, never an
+exception that a caller might mistake for "no opinion".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import transaction
+
+from approvals.engine import Decision, check
+from approvals.selectors import rule_sets_for
+
+logger = logging.getLogger(__name__)
+
+
+def decide(*, tool: str, args: Mapping[str, Any], user_id: int | None, agent: str | None) -> Decision:
+    """Decide one call for the turn's user and agent.
+
+    Neither a user nor an agent means no scope: the call is denied (SPEC A1). The rules are read
+    in a savepoint, so a failed read leaves a caller's surrounding transaction usable.
+    """
+    if user_id is None and not agent:
+        return check(tool, args, None)
+    try:
+        with transaction.atomic():
+            rule_sets = rule_sets_for(user_id=user_id, agent=agent)
+    except Exception as exc:  # noqa: BLE001 - a policy we cannot read denies
+        logger.exception("approval rules could not be loaded; denying %s", tool)
+        return Decision("deny", None, (), f"engine fault: rules unavailable: {type(exc).__name__}: {exc}")
+    return check(tool, args, rule_sets)

@@ -1,0 +1,62 @@
+"""Continuing after a human (SPEC R3 ``resolve_pending_call``) and repairing dangling calls.
+
+A crash loses memory, never truth: a parked call is a row. Resolving it runs the call with the gate
+skipped (the human just decided) but with the session's real tool context, records a typed
+``rejected`` or ``expired`` result otherwise, and — once no call of the exchange is still waiting —
+reopens the exchange and drives it on like any other.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from loop.driver import LoopEnv, drive_exchange
+from loop.models import Exchange, ExchangeStatus, ToolCall, ToolCallStatus
+from loop.outcomes import ExchangeResult
+from loop.store import ParsedCall, parse_arguments
+from loop.tools.fanout import RoundEnv, run_round
+
+Resolution = Literal["approve", "reject", "expire"]
+
+
+def resolve_pending(
+    env: LoopEnv, call: ToolCall, *, resolution: Resolution, reason: str, claim_token: str
+) -> ExchangeResult | None:
+    """Settle one parked call; drive the exchange on when it was the last one waiting.
+
+    Returns the exchange result when this resolver drove the exchange, None otherwise (another
+    resolver holds the batch, or the call was already settled — rejected and cancelled calls are
+    terminal and never re-executed).
+    """
+    store = env.store
+    narrative = call.frame.narrative
+    if resolution == "approve":
+        if not store.take_awaiting(call, to_status=ToolCallStatus.PLANNED, principal=env.principal):
+            return None
+        round_env = RoundEnv(store=store, tools=env.tools, gate=env.gate, scope=env.scope, bounds=env.bounds,
+                             principal=env.principal, narrative=narrative)
+        parsed = ParsedCall(key=call.call_key, provider_id=call.provider_call_id, name=call.tool,
+                            raw_arguments="", arguments=parse_arguments_of(call))
+        from loop.cancellation import CancelToken
+
+        run_round(round_env, [(call, parsed)], CancelToken(), skip_gate_for=frozenset({call.pk}))
+    else:
+        status = ToolCallStatus.REJECTED if resolution == "reject" else ToolCallStatus.EXPIRED
+        if not store.take_awaiting(call, to_status=ToolCallStatus.RUNNING, principal=env.principal):
+            return None
+        content = (f"rejected by a human: {reason}" if resolution == "reject"
+                   else f"expired: no human answered the approval in time{': ' + reason if reason else ''}")
+        store.record_result(call, status=status, content=content, is_error=True, truncated=False,
+                            principal=env.principal, narrative=narrative)
+    exchange = Exchange.objects.get(pk=call.exchange_id)
+    if store.awaiting_calls(exchange.pk) or exchange.status != ExchangeStatus.PARKED:
+        return None
+    if not store.reopen(exchange, principal=env.principal, reason=f"{resolution} {call.call_key}"):
+        return None
+    exchange.refresh_from_db()
+    return drive_exchange(env, exchange, claim_token=claim_token)
+
+
+def parse_arguments_of(call: ToolCall) -> dict | None:
+    """The stored, parsed arguments of a call (the hash the human approved covers exactly these)."""
+    return dict(call.arguments) if isinstance(call.arguments, dict) else parse_arguments(str(call.arguments))

@@ -1,0 +1,47 @@
+"""Fixtures for the durable approval flow: a troubleshooter session, scripted providers, inline tasks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from loop.providers.loopback import LoopbackProvider
+from skald.agents.seed import seed_agents
+from skald.loop_adapters import runtime
+from skald.loop_adapters.discovery import forget_seen
+from skald.sessions.services import session_create
+
+
+@pytest.fixture
+def inline_tasks(settings) -> None:
+    settings.SKALD_SYNC_TASKS = True
+
+
+@pytest.fixture
+def workspace_root(settings, tmp_path):
+    settings.SKALD_WORKSPACE_ROOT = tmp_path / "workspaces"
+    return settings.SKALD_WORKSPACE_ROOT
+
+
+@pytest.fixture
+def script() -> Iterator[Callable[[LoopbackProvider], LoopbackProvider]]:
+    """``script(LoopbackProvider([...]))`` makes every agent use that provider."""
+
+    def install(provider: LoopbackProvider) -> LoopbackProvider:
+        runtime.set_provider_factory(lambda agent: provider)
+        return provider
+
+    yield install
+    runtime.set_provider_factory(None)
+
+
+@pytest.fixture
+def troubleshooting(alice, inline_tasks, workspace_root):
+    """alice's session with the seeded troubleshooter and the default approval rules."""
+    from approvals.seed import default_rules_ensure
+
+    seed_agents()
+    default_rules_ensure()
+    forget_seen()
+    return session_create(user=alice, agent="troubleshooter", title="flow")
