@@ -146,3 +146,18 @@ def _announce(approval: PendingApproval, *, resolver_label: str) -> None:
         key=f"approval:{approval.request_id}:resolved", principal=resolver_label,
         exchange_id=approval.tool_call.exchange_id,
     )
+
+
+def approvals_cancel_for_calls(*, tool_call_ids: Sequence[int], actor_label: str) -> int:
+    """A stopped exchange's pending approvals are cancelled (terminal), in the caller's transaction."""
+    cancelled = 0
+    for approval in PendingApproval.objects.select_for_update().filter(
+        tool_call_id__in=list(tool_call_ids), status=ApprovalStatus.PENDING
+    ):
+        approval.status = ApprovalStatus.CANCELLED
+        approval.resolved_at = clock.now()
+        approval.save(update_fields=["status", "resolved_at"])
+        audit_append(actor=Actor.parse(actor_label), kind=AuditKind.APPROVAL_RESOLVED, subject_type="approval",
+                     subject_id=str(approval.request_id), payload={"decision": "cancel", "reason": "stop requested"})
+        cancelled += 1
+    return cancelled

@@ -251,14 +251,13 @@ def _loop(env: LoopEnv, exchange: Exchange, token: CancelToken) -> RunOutcome:
         result = run_round(round_env, calls, token)
         if result.canceled:
             return _settle(env, exchange, Canceled(token.reason or "stop requested"))
-        if result.parked:
-            park = ParkStep(tuple(call.call_key for call, _, _ in result.parked))
-            env.store.park(
-                exchange,
-                [(call, _parker(env, request, verdict)) for call, request, verdict in result.parked],
-                principal=env.principal,
-            )
-            return AwaitingHuman(call_keys=park.call_keys)
+        if result.parked or result.handoffs:
+            entries = [(call, _parker(env, request, verdict)) for call, request, verdict in result.parked]
+            entries += [(call, _handoff(question)) for call, question in result.handoffs]
+            question = "\n".join(question for _, question in result.handoffs)
+            park = ParkStep(tuple(call.call_key for call, _ in entries))
+            env.store.park(exchange, entries, principal=env.principal, question=question)
+            return AwaitingHuman(call_keys=park.call_keys, question=question)
 
 
 def _live_text(env: LoopEnv, exchange: Exchange, turn: int) -> Callable[[str], None]:
@@ -266,6 +265,10 @@ def _live_text(env: LoopEnv, exchange: Exchange, turn: int) -> Callable[[str], N
         env.bus.delta(exchange.session_id, {"type": "turn.delta", "exchange": exchange.pk, "turn": turn, "text": text})
 
     return send
+
+
+def _handoff(question: str) -> Callable[[], Mapping[str, Any]]:
+    return lambda: {"handoff": True, "question": question}
 
 
 def _parker(env: LoopEnv, request: Any, verdict: Any) -> Any:

@@ -49,3 +49,11 @@ class ToolError(Exception):
     def __init__(self, message: str, *, code: str = "tool_error") -> None:
         super().__init__(message)
         self.code = code
+
+
+class HumanNeeded(Exception):
+    """Raised by a tool that needs a human (``ask_human``): the call parks as a handoff."""
+
+    def __init__(self, question: str) -> None:
+        super().__init__(question)
+        self.question = question

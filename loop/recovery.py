@@ -11,12 +11,19 @@ from __future__ import annotations
 from typing import Literal
 
 from loop.driver import LoopEnv, drive_exchange
-from loop.models import Exchange, ExchangeStatus, ToolCall, ToolCallStatus
-from loop.outcomes import ExchangeResult
+from loop.models import Exchange, ExchangeStatus, Outcome, ToolCall, ToolCallStatus
+from loop.outcomes import Canceled, ExchangeResult
 from loop.store import ParsedCall, parse_arguments
 from loop.tools.fanout import RoundEnv, run_round
 
-Resolution = Literal["approve", "reject", "expire"]
+Resolution = Literal["approve", "reject", "expire", "answer", "close"]
+
+_RESULTS = {
+    "reject": (ToolCallStatus.REJECTED, "rejected by a human: {reason}"),
+    "expire": (ToolCallStatus.EXPIRED, "expired: no human answered the approval in time"),
+    "answer": (ToolCallStatus.COMPLETED, "A human answered: {reason}"),
+    "close": (ToolCallStatus.CANCELLED, "closed by a human: {reason}"),
+}
 
 
 def resolve_pending(
@@ -41,16 +48,20 @@ def resolve_pending(
 
         run_round(round_env, [(call, parsed)], CancelToken(), skip_gate_for=frozenset({call.pk}))
     else:
-        status = ToolCallStatus.REJECTED if resolution == "reject" else ToolCallStatus.EXPIRED
+        status, template = _RESULTS[resolution]
         if not store.take_awaiting(call, to_status=ToolCallStatus.RUNNING, principal=env.principal):
             return None
-        content = (f"rejected by a human: {reason}" if resolution == "reject"
-                   else f"expired: no human answered the approval in time{': ' + reason if reason else ''}")
-        store.record_result(call, status=status, content=content, is_error=True, truncated=False,
-                            principal=env.principal, narrative=narrative)
+        store.record_result(call, status=status, content=template.format(reason=reason).rstrip(": "),
+                            is_error=resolution != "answer", truncated=False, principal=env.principal,
+                            narrative=narrative)
     exchange = Exchange.objects.get(pk=call.exchange_id)
     if store.awaiting_calls(exchange.pk) or exchange.status != ExchangeStatus.PARKED:
         return None
+    if resolution == "close":
+        store.settle(exchange, outcome=Outcome.CANCELED, principal=env.principal,
+                     detail={"reason": "closed by a human", "note": reason[:500]})
+        exchange.refresh_from_db()
+        return ExchangeResult(exchange.pk, Canceled("closed by a human"), exchange.receipt)
     if not store.reopen(exchange, principal=env.principal, reason=f"{resolution} {call.call_key}"):
         return None
     exchange.refresh_from_db()

@@ -51,6 +51,22 @@ class Proposal(models.Model):
     class Meta:
         ordering = ["-id"]
         permissions = [("dispose_proposal", "Can accept or reject proposals")]
+        indexes = [models.Index(fields=["status", "id"], name="proposals_proposal_queue")]
+        constraints = [
+            # A disposal is a whole fact: status and time change together (SPEC Q2).
+            models.CheckConstraint(
+                condition=(
+                    models.Q(status=ProposalStatus.PENDING, disposed_at__isnull=True)
+                    | (~models.Q(status=ProposalStatus.PENDING) & models.Q(disposed_at__isnull=False))
+                ),
+                name="proposals_proposal_disposed_iff_not_pending",
+            ),
+            # A rejection without a reason is not actionable for whoever proposed it.
+            models.CheckConstraint(
+                condition=~models.Q(status=ProposalStatus.REJECTED) | ~models.Q(reason=""),
+                name="proposals_proposal_rejection_has_reason",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.title

@@ -9,6 +9,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from audit.actors import Actor
+from skald.admin_runs import RunAdmin, launch_gdl_run
 from skald.agents.services import agent_save
 from skald.cases.services import case_save
 from skald.models import Agent, Case, CaseLog, Run
@@ -40,20 +41,11 @@ class CaseAdmin(admin.ModelAdmin):
     search_fields = ["title", "description"]
     inlines = [CaseLogInline]
     exclude = ["created_by", "created_at"]
+    actions = [launch_gdl_run]
 
     def save_model(self, request: HttpRequest, obj: Case, form: Any, change: bool) -> None:
         case_save(actor=Actor.user(request.user), case=obj, created_by_id=request.user.pk,
                   changed=list(form.changed_data))
 
 
-@admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
-    list_display = ["id", "case", "status", "outcome", "launched_by", "created_at"]
-    list_filter = ["status"]
-    readonly_fields = [f.name for f in Run._meta.fields]
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+admin.site.register(Run, RunAdmin)

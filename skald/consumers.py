@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -21,6 +22,8 @@ from skald.core.errors import SkaldError
 from skald.loop_adapters.bus import session_group
 from skald.loop_adapters.translate import translate_delta, translate_event
 from skald.sessions import selectors
+
+logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.5
 PAGE = 200
@@ -39,6 +42,9 @@ def _jwt_user(token: str) -> Any:
 
 
 class SessionConsumer(AsyncJsonWebsocketConsumer):
+    """Close codes before accept: 4400 malformed ``after``, 4401 no valid credential, 4403 no role,
+    4404 no such session for this user. 1011 after accept: the stream failed; reconnect with ``after=``."""
+
     async def connect(self) -> None:
         query = parse_qs(self.scope.get("query_string", b"").decode())
         user = self.scope.get("user") or AnonymousUser()
@@ -48,12 +54,19 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
+        if not await database_sync_to_async(selectors.may_converse)(user):
+            await self.close(code=4403)
+            return
         try:
             after = int((query.get("after") or ["0"])[0])
+        except ValueError:
+            await self.close(code=4400)
+            return
+        try:
             self.session = await database_sync_to_async(selectors.session_get)(
                 user=user, session_id=int(self.scope["url_route"]["kwargs"]["session_id"])
             )
-        except (ValueError, SkaldError):
+        except SkaldError:
             await self.close(code=4404)
             return
         self.user = user
@@ -75,11 +88,16 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def _pump(self) -> None:
-        while True:
-            await self._send_new()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), POLL_SECONDS)
-            self.wake.clear()
+        try:
+            while True:
+                await self._send_new()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), POLL_SECONDS)
+                self.wake.clear()
+        except Exception:
+            # A silent dead pump would leave the client waiting forever; closing makes it resume.
+            logger.exception("session %s stream failed after seq %s", self.session.pk, self.last_seq)
+            await self.close(code=1011)
 
     async def _send_new(self) -> None:
         while True:

@@ -19,14 +19,15 @@ def run_kernel_turn(exchange_id: int) -> str:
     if exchange.status != ExchangeStatus.OPEN or exchange.claim_token:
         logger.info("exchange %s is %s; nothing to drive", exchange_id, exchange.status)
         return exchange.status
-    env = build_env(exchange.session, exchange_id=exchange.pk)
     try:
+        env = build_env(exchange.session, exchange_id=exchange.pk)
         result = drive_exchange(env, exchange, claim_token=new_token())
     except HarnessError as exc:
         if exc.code == "claim_refused":  # another worker drives it: no double driving
             return "claimed elsewhere"
         raise
-    after_exchange(exchange_id)
+    finally:
+        after_exchange(exchange_id)
     return result.outcome.name
 
 
@@ -34,7 +35,10 @@ def after_exchange(exchange_id: int) -> None:
     """Product follow-ups of a settled or parked exchange (runs, proposals) hook in here."""
     from skald.cases.runs import run_sync_from_exchange
 
-    run_sync_from_exchange(exchange_id)
+    try:
+        run_sync_from_exchange(exchange_id)
+    except Exception:  # the exchange's own outcome is already durable
+        logger.exception("run sync after exchange %s failed", exchange_id)
 
 
 def resolve_pending_call(tool_call_id: int, resolution: str, reason: str = "") -> str:
@@ -45,9 +49,11 @@ def resolve_pending_call(tool_call_id: int, resolution: str, reason: str = "") -
 
     call = ToolCall.objects.select_related("session", "frame").get(pk=tool_call_id)
     env = build_env(call.session, exchange_id=call.exchange_id)
-    result = resolve_pending(env, call, resolution=resolution,  # type: ignore[arg-type]
-                             reason=reason, claim_token=new_token())
-    after_exchange(call.exchange_id)
+    try:
+        result = resolve_pending(env, call, resolution=resolution,  # type: ignore[arg-type]
+                                 reason=reason, claim_token=new_token())
+    finally:
+        after_exchange(call.exchange_id)
     return result.outcome.name if result is not None else "settled call"
 
 

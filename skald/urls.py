@@ -23,6 +23,7 @@ urlpatterns = [
     path("readyz", views.readyz, name="readyz"),
     path("metrics", views.metrics_view, name="metrics"),
     path("api/", include(api_patterns)),
+    path("workflow/", include("skald.workflow.urls")),
 ]
 
 handler404 = "skald.views.api_not_found"

@@ -16,7 +16,7 @@ from django.db import connections
 
 from loop.bounds import truncate_output
 from loop.cancellation import CancelToken
-from loop.errors import ToolError
+from loop.errors import HumanNeeded, ToolError
 from loop.masking import CredentialTripwire, find_tripwires
 from loop.ports import Tool, ToolContext
 
@@ -64,6 +64,8 @@ def execute_tool(
     if call_token.cancelled:
         return ToolOutcome("cancelled", f"tool call cancelled: {call_token.reason}", True)
     error = box.get("error")
+    if isinstance(error, HumanNeeded):
+        return ToolOutcome("awaiting_human", error.question[:4000], False)
     if isinstance(error, ToolError):
         return ToolOutcome("failed", f"tool error ({error.code}): {error}", True)
     if isinstance(error, CredentialTripwire):

@@ -27,6 +27,7 @@ from loop.tools.validate import validate_arguments
 @dataclass
 class RoundResult:
     parked: list[tuple[ToolCall, GateCall, GateVerdict]] = field(default_factory=list)
+    handoffs: list[tuple[ToolCall, str]] = field(default_factory=list)
     canceled: bool = False
     executed: int = 0
 
@@ -45,6 +46,15 @@ class RoundEnv:
 def gate_call(call: ToolCall) -> GateCall:
     return GateCall(call_id=call.pk, key=call.call_key, tool=call.tool, arguments=call.arguments,
                     arguments_hash=call.arguments_hash)
+
+
+def _settle(env: RoundEnv, call: ToolCall, outcome: ToolOutcome, result: RoundResult) -> None:
+    """Record an executed call's outcome, or set it aside as a handoff to a human."""
+    if outcome.status == ToolCallStatus.AWAITING_HUMAN:
+        result.handoffs.append((call, outcome.content))
+        return
+    _record(env, call, outcome)
+    result.executed += 1
 
 
 def _record(env: RoundEnv, call: ToolCall, outcome: ToolOutcome) -> None:
@@ -110,8 +120,7 @@ def run_round(
                 continue
             outcome = execute_tool(tool, parsed.arguments or {}, _context(env, call, cancel.child()),
                                    output_cap=env.bounds.tool_output_cap)
-            _record(env, call, outcome)
-            result.executed += 1
+            _settle(env, call, outcome, result)
         result.canceled = cancel.cancelled
         return result
 
@@ -137,7 +146,6 @@ def run_round(
             outcomes[position] = outcome
     # Phase 3: record in call order.
     for position, call, _tool, _args in runnable:
-        _record(env, call, outcomes[position])
-        result.executed += 1
+        _settle(env, call, outcomes[position], result)
     result.canceled = cancel.cancelled
     return result

@@ -13,10 +13,10 @@ from rest_framework.views import APIView
 from loop.models import Exchange, Session, SessionEvent
 from skald.api.errors_schema import error_responses
 from skald.api.permissions import roles
-from skald.core.roles import Role
+from skald.core.errors import SkaldError
 from skald.sessions import selectors, services
 
-ANY_ROLE = roles(Role.OPERATOR, Role.APPROVER, Role.REVIEWER, Role.AUDITOR, Role.WORKFLOW)
+ANY_ROLE = roles(*selectors.SESSION_ROLES)
 MAX_EVENTS_PAGE = 500
 
 
@@ -83,7 +83,8 @@ class SessionMessages(APIView):
         parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=False,
                                      description="The exchange's request key: a retry returns the same exchange.")],
         responses={202: ExchangeSerializer, **error_responses(
-            _400=("invalid", "message_invalid", "message_too_large", "credential_tripwire"),
+            _400=("invalid", "message_invalid", "message_too_large", "credential_tripwire",
+                  "idempotency_key_invalid"),
             _404="session_not_found", _409=("session_busy", "session_awaiting_human"))},
     )
     def post(self, request: Request, session_id: int) -> Response:
@@ -92,8 +93,6 @@ class SessionMessages(APIView):
         body.is_valid(raise_exception=True)
         key = request.headers.get("Idempotency-Key") or None
         if key is not None and not (1 <= len(key) <= 128):
-            from skald.core.errors import SkaldError
-
             raise SkaldError("Idempotency-Key must be 1-128 characters", code="idempotency_key_invalid")
         exchange, _replayed = services.session_message_submit(
             user=request.user, session=session, content=body.validated_data["content"], request_key=key

@@ -5,11 +5,14 @@ from __future__ import annotations
 from django.urls import include, path
 
 from approvals import api_pending
-from skald.api import sessions
+from audit.api_replay import ReplayVerifyView
+from skald.api import cases, sessions
 
 urlpatterns = [
     path("approval/", include("approvals.urls")),
     path("audit/", include("audit.urls")),
+    path("proposals/", include("proposals.urls")),
+    path("runs/<int:run_id>/replay-verify", ReplayVerifyView.as_view(), name="run-replay-verify"),
     path("sessions/", sessions.SessionListCreate.as_view(), name="sessions"),
     path("sessions/<int:session_id>/", sessions.SessionDetail.as_view(), name="session"),
     path("sessions/<int:session_id>/messages/", sessions.SessionMessages.as_view(), name="session-messages"),
@@ -17,6 +20,12 @@ urlpatterns = [
          name="session-exchange"),
     path("sessions/<int:session_id>/events/", sessions.SessionEvents.as_view(), name="session-events"),
     path("sessions/<int:session_id>/stop/", sessions.SessionStop.as_view(), name="session-stop"),
+    path("cases/", cases.CaseListCreate.as_view(), name="cases"),
+    path("cases/<int:case_id>/", cases.CaseDetail.as_view(), name="case"),
+    path("runs/", cases.RunList.as_view(), name="runs"),
+    path("runs/<int:run_id>/", cases.RunDetail.as_view(), name="run"),
+    path("runs/<int:run_id>/events/", cases.RunEvents.as_view(), name="run-events"),
+    path("runs/<int:run_id>/stop/", cases.RunStop.as_view(), name="run-stop"),
     path("approvals/", api_pending.ApprovalList.as_view(), name="approvals"),
     path("approvals/<str:request_id>/resolve", api_pending.ApprovalResolve.as_view(), name="approval-resolve"),
     path("approvals/batches/<int:session_id>/<str:batch>/resolve", api_pending.BatchResolve.as_view(),

@@ -1,8 +1,190 @@
-"""Keep a troubleshoot run's status in step with its session's exchanges."""
+"""Troubleshoot (GDL) runs: launch, follow the session's exchanges, human seams, stop.
+
+Every write is one service, atomic, with its audit row; work is enqueued on commit.
+"""
 
 from __future__ import annotations
 
+from typing import Any
 
-def run_sync_from_exchange(exchange_id: int) -> None:
-    """Placeholder seam filled by the workflow: runs follow their exchanges."""
-    return None
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from audit.actors import Actor
+from audit.kinds import AuditKind
+from audit.services import audit_append
+from loop.driver import admit_exchange
+from loop.events import EventKind
+from loop.models import Exchange, ExchangeStatus, Outcome, SessionEvent, ToolCall, ToolCallStatus
+from skald.core import clock
+from skald.core.errors import Conflict, NotFound
+from skald.loop_adapters.runtime import build_env
+from skald.loop_adapters.store import kernel_store
+from skald.models import Case, Run, RunStatus
+from skald.queue import enqueue_on_commit
+
+TROUBLESHOOTER = "troubleshooter"
+HANDOFF_TOOL = "ask_human"
+TERMINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELED)
+SETTLED_STATUS = {
+    Outcome.COMPLETED: RunStatus.COMPLETED,
+    Outcome.TURN_CAP_REACHED: RunStatus.COMPLETED,
+    Outcome.BUDGET_EXCEEDED: RunStatus.COMPLETED,
+    Outcome.PROVIDER_FAILED: RunStatus.FAILED,
+    Outcome.CANCELED: RunStatus.CANCELED,
+}
+
+
+def run_launch(*, user: AbstractBaseUser, case_id: int, ticket: str, launch_key: str) -> tuple[Run, bool]:
+    """Create a fresh run, its session and first exchange (the ticket), and schedule it.
+
+    Returns ``(run, created)``; an existing launch key returns its run and does no new work.
+    """
+    key = f"case{case_id}:{launch_key}"
+    existing = Run.objects.filter(launch_key=key).first()
+    if existing is not None:
+        return existing, False
+    case = Case.objects.filter(pk=case_id).first()
+    if case is None:
+        raise NotFound("No such case.", code="case_not_found")
+    store = kernel_store()
+    with transaction.atomic():
+        session = store.create_session(owner_id=user.pk, agent=TROUBLESHOOTER, source="workflow",
+                                       title=f"GDL: {case.title}", principal=f"user:{user.pk}")
+        now = clock.now()
+        run = Run.objects.create(case=case, session=session, ticket=ticket, launched_by_id=user.pk, launch_key=key,
+                                 status=RunStatus.QUEUED, created_at=now, updated_at=now)
+        audit_append(actor=Actor.user(user), kind=AuditKind.RUN_LAUNCHED, subject_type="run", subject_id=run.pk,
+                     payload={"case": case.pk, "session": session.pk, "launch_key": key,
+                              "ticket_bytes": len(ticket.encode("utf-8"))})
+        exchange, _ = admit_exchange(build_env(session), request_key=key, content=ticket, author=f"user:{user.pk}")
+        enqueue_on_commit("skald.tasks.run_kernel_turn", exchange.pk)
+    return run, True
+
+
+def _status_for(exchange: Exchange) -> tuple[str, str]:
+    """The run status an exchange implies, and the handoff question when it is one."""
+    if exchange.status == ExchangeStatus.OPEN:
+        return RunStatus.RUNNING, ""
+    if exchange.status == ExchangeStatus.BROKEN:
+        return RunStatus.FAILED, ""
+    if exchange.status == ExchangeStatus.PARKED:
+        waiting = ToolCall.objects.filter(exchange=exchange, status=ToolCallStatus.AWAITING_HUMAN)
+        handoff = waiting.filter(tool=HANDOFF_TOOL).first()
+        if handoff is not None:
+            return RunStatus.HANDOFF, str(handoff.arguments.get("question", ""))
+        return RunStatus.AWAITING_HUMAN, ""
+    return SETTLED_STATUS.get(exchange.outcome, RunStatus.COMPLETED), ""
+
+
+def run_sync_from_exchange(exchange_id: int) -> Run | None:
+    """Bring the run of an exchange's session in step with it; capture proposals when it resolves."""
+    exchange = Exchange.objects.filter(pk=exchange_id).first()
+    if exchange is None:
+        return None
+    resolved = False
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(session_id=exchange.session_id).first()
+        if run is None:
+            return None
+        latest = Exchange.objects.filter(session_id=exchange.session_id).order_by("-number").first()
+        if latest is not None and latest.pk != exchange.pk:
+            exchange = latest  # the run follows its newest exchange
+        status, question = _status_for(exchange)
+        closed = exchange.outcome == Outcome.CANCELED and (exchange.receipt or {}).get("detail", {}).get(
+            "reason") == "closed by a human"
+        if closed:
+            status = RunStatus.COMPLETED
+        changes: dict[str, Any] = {
+            "status": status, "outcome": "closed_by_human" if closed else (exchange.outcome or exchange.error_code),
+            "receipt": exchange.receipt, "handoff_question": question, "closed_by_human": closed,
+        }
+        if all(getattr(run, field) == value for field, value in changes.items()):
+            return run
+        previous = run.status
+        for field, value in changes.items():
+            setattr(run, field, value)
+        run.updated_at = clock.now()
+        run.finished_at = run.updated_at if status in TERMINAL else None
+        run.save()
+        audit_append(actor=Actor.system("workflow"), kind=AuditKind.RUN_STATUS_CHANGED, subject_type="run",
+                     subject_id=run.pk, payload={"from": previous, "to": status, "outcome": run.outcome,
+                                                 "exchange": exchange.pk})
+        resolved = status == RunStatus.COMPLETED and previous != RunStatus.COMPLETED
+    if resolved:
+        _capture(run)
+    return run
+
+
+def _capture(run: Run) -> None:
+    try:
+        from proposals.services import capture_proposals_on_resolve
+    except ImportError:  # pragma: no cover - the proposals app always ships with Skald
+        return
+    capture_proposals_on_resolve(run=run)
+
+
+def _run_for_update(run_id: int) -> Run:
+    run = Run.objects.select_for_update().filter(pk=run_id).first()
+    if run is None:
+        raise NotFound("No such run.", code="run_not_found")
+    return run
+
+
+def run_handoff_decide(*, user: AbstractBaseUser, run_id: int, decision: str, note: str) -> Run:
+    """Answer a handoff: ``continue`` appends the note as the human's answer and resumes the run;
+    ``close`` ends it as closed by a human. Wrong state → 409 ``run_state_conflict``."""
+    with transaction.atomic():
+        run = _run_for_update(run_id)
+        if run.status != RunStatus.HANDOFF:
+            raise Conflict(f"The run is {run.status}, not waiting on a handoff.", code="run_state_conflict",
+                           status=run.status)
+        call = ToolCall.objects.filter(session_id=run.session_id, tool=HANDOFF_TOOL,
+                                       status=ToolCallStatus.AWAITING_HUMAN).order_by("-id").first()
+        if call is None:
+            raise Conflict("No handoff is waiting on this run.", code="run_state_conflict", status=run.status)
+        audit_append(actor=Actor.user(user), kind=AuditKind.RUN_HANDOFF_DECIDED, subject_type="run",
+                     subject_id=run.pk, payload={"decision": decision, "note": note[:2000], "tool_call": call.pk})
+        kernel_store().append_event(
+            session_id=run.session_id, kind=EventKind.HANDOFF,
+            payload={"decision": decision, "note": note[:2000], "by": f"user:{user.pk}", "tool_call_id": call.pk},
+            key=f"handoff:{call.pk}:{decision}", principal=f"user:{user.pk}", exchange_id=call.exchange_id,
+        )
+        resolution = "answer" if decision == "continue" else "close"
+        enqueue_on_commit("skald.tasks.resolve_pending_call", call.pk, resolution, note[:2000])
+    run.refresh_from_db()
+    return run
+
+
+def run_back_refer(*, user: AbstractBaseUser, run_id: int, note: str) -> Run:
+    """Send a completed or closed run back to the agent with a note, on the same session."""
+    with transaction.atomic():
+        run = _run_for_update(run_id)
+        if run.status != RunStatus.COMPLETED:
+            raise Conflict(f"Only a completed or closed run can be sent back; this one is {run.status}.",
+                           code="run_state_conflict", status=run.status)
+        number = Exchange.objects.filter(session_id=run.session_id).count() + 1
+        audit_append(actor=Actor.user(user), kind=AuditKind.RUN_BACK_REFERRED, subject_type="run",
+                     subject_id=run.pk, payload={"note": note[:2000]})
+        exchange, _ = admit_exchange(build_env(run.session), request_key=f"{run.launch_key}:back-referral:{number}",
+                                     content=f"[back-referral from a human operator]\n{note}",
+                                     author=f"user:{user.pk}")
+        run.status, run.closed_by_human, run.finished_at = RunStatus.RUNNING, False, None
+        run.updated_at = clock.now()
+        run.save(update_fields=["status", "closed_by_human", "finished_at", "updated_at"])
+        enqueue_on_commit("skald.tasks.run_kernel_turn", exchange.pk)
+    return run
+
+
+def run_stop(*, user: AbstractBaseUser, run: Run) -> Run:
+    from skald.sessions.services import session_stop
+
+    exchange = session_stop(user=user, session=run.session)
+    if exchange is not None:
+        run_sync_from_exchange(exchange.pk)
+    run.refresh_from_db()
+    return run
+
+
+def run_events(*, run: Run, after: int, limit: int) -> list[SessionEvent]:
+    return list(SessionEvent.objects.filter(session_id=run.session_id, seq__gt=after).order_by("seq")[:limit])

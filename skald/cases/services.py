@@ -50,3 +50,13 @@ def case_save(*, actor: Actor, case: Case, created_by_id: int | None, changed: l
             subject_id=case.pk, payload={"title": case.title, "changed": sorted(changed)},
         )
     return case
+
+
+def case_update(*, actor: Actor, case: Case, changes: dict[str, object]) -> Case:
+    with transaction.atomic():
+        for field, value in changes.items():
+            setattr(case, field, value)
+        case.save(update_fields=list(changes) or None)
+        audit_append(actor=actor, kind=AuditKind.CASE_UPDATED, subject_type="case", subject_id=case.pk,
+                     payload={"changed": sorted(changes)})
+    return case

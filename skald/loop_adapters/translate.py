@@ -9,6 +9,7 @@ from typing import Any
 from loop.events import EventKind
 from loop.models import SessionEvent
 
+# Total over the closed vocabulary: a browser switches on ``type``, so no kind may fall through.
 _TYPES = {
     EventKind.USER: "message.user",
     EventKind.ASSISTANT: "message.assistant",
@@ -22,12 +23,16 @@ _TYPES = {
     EventKind.SUBAGENT_RESULT: "subagent.result",
     EventKind.COMPACTION: "compaction",
     EventKind.HANDOFF: "handoff",
+    EventKind.EXCHANGE_SETTLED: "exchange.settled",
+    EventKind.COMPACTION_PROBE: "compaction.probe",
+    EventKind.NOTE: "note",
 }
 
 
 def translate_event(event: SessionEvent) -> dict[str, Any]:
+    """A stored row → its durable server event (``seq`` included, for ``after=`` resumes)."""
     return {
-        "type": _TYPES.get(event.kind, "event"),
+        "type": _TYPES.get(event.kind, "event"),  # "event": a kind newer than this translator
         "seq": event.seq,
         "kind": event.kind,
         "narrative": event.narrative,
@@ -38,4 +43,5 @@ def translate_event(event: SessionEvent) -> dict[str, Any]:
 
 
 def translate_delta(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """A live turn delta from the bus → ``turn.delta`` (never durable, so it carries no ``seq``)."""
     return {"type": "turn.delta", **{k: v for k, v in payload.items() if k != "type"}}

@@ -10,8 +10,13 @@ from skald.loop_adapters.store import kernel_store
 
 
 def cancel_parked(exchange: Exchange, *, principal: str) -> None:
+    from approvals.services import approvals_cancel_for_calls
+
     store = kernel_store()
     with transaction.atomic():
+        waiting = list(ToolCall.objects.filter(exchange=exchange, status=ToolCallStatus.AWAITING_HUMAN)
+                       .values_list("pk", flat=True))
+        approvals_cancel_for_calls(tool_call_ids=waiting, actor_label=principal)
         for call in ToolCall.objects.filter(exchange=exchange, status=ToolCallStatus.AWAITING_HUMAN).select_related(
             "frame"
         ):

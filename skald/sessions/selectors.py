@@ -9,6 +9,13 @@ from loop.models import Exchange, Session, SessionEvent
 from skald.core.errors import NotFound
 from skald.core.roles import Role, has_role
 
+# Every role may hold conversations; a user without one may not (REST 403, websocket 4403).
+SESSION_ROLES = (Role.OPERATOR, Role.APPROVER, Role.REVIEWER, Role.AUDITOR, Role.WORKFLOW)
+
+
+def may_converse(user: AbstractBaseUser) -> bool:
+    return has_role(user, *SESSION_ROLES)
+
 
 def sessions_visible_to(user: AbstractBaseUser) -> QuerySet[Session]:
     sessions = Session.objects.all()

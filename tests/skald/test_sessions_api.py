@@ -212,6 +212,13 @@ def test_the_same_idempotency_key_returns_the_same_exchange_and_does_no_new_work
 
 
 @pytest.mark.django_db
+def test_an_overlong_idempotency_key_is_refused(alice, api):
+    sid = create_session(api(alice))["id"]
+    assert_error(send(api(alice), sid, "hello", key="k" * 129), 400, "idempotency_key_invalid")
+    assert not Exchange.objects.exists()
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize("content", ["", "   \n"])
 def test_an_empty_message_is_refused(alice, api, content):
     sid = create_session(api(alice))["id"]
@@ -325,6 +332,23 @@ def test_stop_cancels_a_running_exchange(alice, api, script, settings):
     assert kinds == [EventKind.USER, EventKind.CANCELED]
     assert len(provider.calls) == 1
     assert send(client, sid, "next question").status_code == 202  # the session is free again
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.db_sensitive
+def test_stop_before_a_worker_picks_the_exchange_up_cancels_it_without_a_provider_call(alice, api, script, settings):
+    settings.SKALD_SYNC_TASKS = False
+    provider = script(text_turn("too late"))
+    client = api(alice)
+    sid = create_session(client)["id"]
+    exchange_id = send(client, sid, "queued").json()["id"]
+
+    assert client.post(f"/api/sessions/{sid}/stop/").status_code == 202
+    run_kernel_turn(exchange_id)  # the worker arrives after the stop
+
+    detail = client.get(f"/api/sessions/{sid}/exchanges/{exchange_id}/").json()
+    assert (detail["status"], detail["outcome"]) == ("settled", "canceled")
+    assert provider.calls == []
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,0 +1,160 @@
+"""REST for cases (operators write, others read) and runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from audit.actors import Actor
+from skald.api.errors_schema import error_responses
+from skald.api.permissions import roles
+from skald.api.sessions import MAX_EVENTS_PAGE, EventSerializer, _int_param
+from skald.cases import runs as run_services
+from skald.cases import selectors
+from skald.cases.services import case_create, case_update
+from skald.core.roles import Role
+from skald.models import Case, CaseLog, Run
+
+ANY_ROLE = roles(Role.OPERATOR, Role.APPROVER, Role.REVIEWER, Role.AUDITOR, Role.WORKFLOW)
+
+
+class CaseLogSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = CaseLog
+        fields = ["id", "name", "content"]
+
+
+class CaseSerializer(serializers.ModelSerializer):
+    logs = CaseLogSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Case
+        fields = ["id", "title", "description", "status", "created_at", "logs"]
+
+
+class LogInput(serializers.Serializer):
+    name = serializers.CharField(max_length=120)
+    content = serializers.CharField(max_length=1024 * 1024, trim_whitespace=False)
+
+
+class CaseInput(serializers.Serializer):
+    title = serializers.CharField(max_length=200)
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+    logs = LogInput(many=True, required=False, default=list)
+
+
+class CaseUpdateInput(serializers.Serializer):
+    title = serializers.CharField(max_length=200, required=False)
+    description = serializers.CharField(required=False, allow_blank=True)
+    status = serializers.ChoiceField(choices=["open", "closed"], required=False)
+
+
+class RunSerializer(serializers.ModelSerializer):
+    launched_by = serializers.CharField(source="launched_by.username")
+
+    class Meta:
+        model = Run
+        fields = ["id", "case", "session", "ticket", "launched_by", "status", "outcome", "receipt",
+                  "handoff_question", "closed_by_human", "created_at", "updated_at", "finished_at"]
+
+
+def _writer(request: Request) -> bool:
+    from skald.core.roles import has_role
+
+    return has_role(request.user, Role.OPERATOR)
+
+
+class CaseListCreate(APIView):
+    permission_classes = [ANY_ROLE]
+
+    @extend_schema(responses={200: CaseSerializer(many=True), **error_responses()})
+    def get(self, request: Request) -> Response:
+        return Response(CaseSerializer(selectors.cases_list()[:200], many=True).data)
+
+    @extend_schema(request=CaseInput, responses={201: CaseSerializer, **error_responses(_400="invalid")})
+    def post(self, request: Request) -> Response:
+        if not _writer(request):
+            from skald.core.errors import Forbidden
+
+            raise Forbidden("Only operators write cases.")
+        body = CaseInput(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        case = case_create(actor=Actor.user(request.user), title=data["title"], description=data["description"],
+                           logs=[(log["name"], log["content"]) for log in data["logs"]],
+                           created_by_id=request.user.pk)
+        return Response(CaseSerializer(selectors.case_get(case_id=case.pk)).data, status=status.HTTP_201_CREATED)
+
+
+class CaseDetail(APIView):
+    permission_classes = [ANY_ROLE]
+
+    @extend_schema(responses={200: CaseSerializer, **error_responses(_404="case_not_found")})
+    def get(self, request: Request, case_id: int) -> Response:
+        return Response(CaseSerializer(selectors.case_get(case_id=case_id)).data)
+
+    @extend_schema(request=CaseUpdateInput,
+                   responses={200: CaseSerializer, **error_responses(_400="invalid", _404="case_not_found")})
+    def patch(self, request: Request, case_id: int) -> Response:
+        if not _writer(request):
+            from skald.core.errors import Forbidden
+
+            raise Forbidden("Only operators write cases.")
+        case = selectors.case_get(case_id=case_id)
+        body = CaseUpdateInput(data=request.data, partial=True)
+        body.is_valid(raise_exception=True)
+        case_update(actor=Actor.user(request.user), case=case, changes=dict(body.validated_data))
+        return Response(CaseSerializer(selectors.case_get(case_id=case_id)).data)
+
+
+class RunList(APIView):
+    permission_classes = [ANY_ROLE]
+
+    @extend_schema(parameters=[OpenApiParameter("status", str), OpenApiParameter("case", int)],
+                   responses={200: RunSerializer(many=True), **error_responses()})
+    def get(self, request: Request) -> Response:
+        runs = selectors.runs_visible_to(request.user)
+        if request.query_params.get("status"):
+            runs = runs.filter(status=request.query_params["status"])
+        if request.query_params.get("case", "").isdigit():
+            runs = runs.filter(case_id=int(request.query_params["case"]))
+        return Response(RunSerializer(runs.order_by("-id")[:200], many=True).data)
+
+
+class RunDetail(APIView):
+    permission_classes = [ANY_ROLE]
+
+    @extend_schema(responses={200: RunSerializer, **error_responses(_404="run_not_found")})
+    def get(self, request: Request, run_id: int) -> Response:
+        return Response(RunSerializer(selectors.run_get(user=request.user, run_id=run_id)).data)
+
+
+class RunEvents(APIView):
+    permission_classes = [ANY_ROLE]
+
+    @extend_schema(parameters=[OpenApiParameter("after", int), OpenApiParameter("limit", int)],
+                   responses={200: EventSerializer(many=True), **error_responses(_404="run_not_found")})
+    def get(self, request: Request, run_id: int) -> Response:
+        run = selectors.run_get(user=request.user, run_id=run_id)
+        after, limit = _int_param(request, "after", 0), _int_param(request, "limit", 100)
+        events = run_services.run_events(run=run, after=after, limit=min(max(limit, 1), MAX_EVENTS_PAGE))
+        body: dict[str, Any] = {"results": EventSerializer(events, many=True).data,
+                                "last_seq": events[-1].seq if events else after}
+        return Response(body)
+
+
+class RunStop(APIView):
+    permission_classes = [roles(Role.OPERATOR)]
+
+    @extend_schema(request=None, responses={202: RunSerializer, **error_responses(_404="run_not_found")})
+    def post(self, request: Request, run_id: int) -> Response:
+        run = selectors.run_get(user=request.user, run_id=run_id)
+        with transaction.atomic():
+            run = run_services.run_stop(user=request.user, run=run)
+        return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)

@@ -1,0 +1,192 @@
+"""Workflow views. Authorisation comes first — before any body parsing, secret, DNS or provider
+work — then the body is checked, then the service runs. The GDL launch waits at most 25 s in total
+for the episode; the client going away ends the wait, never the run (it lives on a worker)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from skald.api.cases import RunSerializer
+from skald.api.errors_schema import error_responses
+from skald.api.exceptions import error_body
+from skald.api.permissions import roles
+from skald.cases import runs as run_services
+from skald.core.errors import SkaldError
+from skald.core.ids import new_token
+from skald.core.roles import AGENT_PRINCIPAL, Role, has_role
+from skald.models import Run, RunStatus
+
+MAX_TICKET_BYTES = 8192
+PROVIDER_FIELDS = frozenset({"provider", "model", "base_url", "api_key", "secret", "temperature"})
+WAIT_POLL_SECONDS = 0.1
+SETTLED_FOR_WAIT = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELED, RunStatus.AWAITING_HUMAN,
+                    RunStatus.HANDOFF)
+
+
+class WorkflowCaller(BasePermission):
+    """The workflow role plus the domain write permission; agents never launch (SPEC W3)."""
+
+    message = "The workflow role and the case write permission are required."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        user = request.user
+        if not (user and user.is_authenticated) or user.get_username() == AGENT_PRINCIPAL:
+            return False
+        return has_role(user, Role.WORKFLOW) and user.has_perm("skald.write_case")
+
+
+def parse_ticket(body: Any) -> str:
+    """The body may hold ``ticket`` only: provider fields are refused as migrated."""
+    if not isinstance(body, dict):
+        raise SkaldError("The body must be a JSON object with a ticket.", code="gdl_ticket_invalid")
+    migrated = sorted(k for k in body if k in PROVIDER_FIELDS or str(k).startswith("provider"))
+    if migrated:
+        raise SkaldError("Provider, model and secret are server-owned; the body may hold a ticket only.",
+                         code="gdl_request_migrated", fields=migrated)
+    unknown = sorted(set(body) - {"ticket"})
+    if unknown:
+        raise SkaldError("The body may hold a ticket only.", code="invalid", fields={k: ["unknown field"]
+                                                                                    for k in unknown})
+    ticket = body.get("ticket")
+    if not isinstance(ticket, str) or not ticket.strip():
+        raise SkaldError("The ticket must be a non-empty string.", code="gdl_ticket_invalid")
+    ticket = ticket.strip()
+    if len(ticket.encode("utf-8")) > MAX_TICKET_BYTES:
+        raise SkaldError(f"The ticket must be at most {MAX_TICKET_BYTES} bytes.", code="gdl_ticket_invalid")
+    return ticket
+
+
+class GdlLaunchInput(serializers.Serializer):
+    ticket = serializers.CharField(max_length=MAX_TICKET_BYTES)
+
+
+class GdlLaunchAPI(APIView):
+    """``POST /workflow/cases/{id}/gdl``: launch one episode on a fresh troubleshoot run."""
+
+    permission_classes = [WorkflowCaller]
+
+    @extend_schema(
+        request=GdlLaunchInput,
+        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=False)],
+        responses={200: RunSerializer, 202: RunSerializer, **error_responses(
+            _400=("gdl_request_migrated", "gdl_ticket_invalid", "invalid"), _404="case_not_found",
+            _409="gdl_run_terminal", _503="gdl_provider_failed")},
+    )
+    def post(self, request: Request, case_id: int) -> Response:
+        ticket = parse_ticket(request.data)
+        key = request.headers.get("Idempotency-Key") or new_token()
+        if len(key) > 100:
+            raise SkaldError("Idempotency-Key must be at most 100 characters.", code="invalid")
+        run, created = run_services.run_launch(user=request.user, case_id=case_id, ticket=ticket, launch_key=key)
+        response = Response({"run": run.pk})
+        response.skald_run = (run.pk, created)  # type: ignore[attr-defined]
+        return response
+
+
+_launch_api = GdlLaunchAPI.as_view()
+
+
+def _render(response: HttpResponse) -> HttpResponse:
+    render = getattr(response, "render", None)
+    if render is not None:
+        render()
+    return response
+
+
+def _final(run_id: int, created: bool) -> HttpResponse:
+    run = Run.objects.select_related("launched_by").get(pk=run_id)
+    data = RunSerializer(run).data
+    location = f"/api/runs/{run.pk}/"
+    if not created and run.status in (RunStatus.FAILED, RunStatus.CANCELED):
+        return _json(error_body("gdl_run_terminal", f"This launch already ended ({run.status}); nothing is "
+                                "replayed.", {"run": data}), 409)
+    if run.status == RunStatus.FAILED:
+        code = "gdl_provider_failed" if run.outcome == "provider_failed" else "gdl_run_failed"
+        return _json(error_body(code, "The run failed after admission; it is durably terminal.", {"run": data}),
+                     503 if code == "gdl_provider_failed" else 500)
+    if run.status in (RunStatus.COMPLETED, RunStatus.CANCELED):
+        return _json(data, 200)
+    response = _json(data, 202)
+    response["Location"] = location
+    return response
+
+
+def _json(data: Any, status: int) -> HttpResponse:
+    from django.http import JsonResponse
+
+    return JsonResponse(data, status=status, safe=False)
+
+
+def _run_status(run_id: int) -> str:
+    return Run.objects.filter(pk=run_id).values_list("status", flat=True).get()
+
+
+@csrf_exempt
+async def gdl_launch(request: HttpRequest, case_id: int) -> HttpResponse:
+    """Launch, then wait (at most ``SKALD_GDL_WAIT_SECONDS`` in total) for the episode to end or park.
+
+    If the client disconnects, Django cancels this coroutine: the wait ends, the run does not.
+    """
+    started = time.monotonic()
+    response = await sync_to_async(_launch_api)(request, case_id=case_id)
+    marker = getattr(response, "skald_run", None)
+    if marker is None:
+        return await sync_to_async(_render)(response)
+    run_id, created = marker
+    deadline = started + settings.SKALD_GDL_WAIT_SECONDS
+    while time.monotonic() < deadline:
+        if await sync_to_async(_run_status)(run_id) in SETTLED_FOR_WAIT:
+            break
+        await asyncio.sleep(WAIT_POLL_SECONDS)
+    return await sync_to_async(_final)(run_id, created)
+
+
+# drf-spectacular documents the route through the APIView that does the work.
+gdl_launch.cls = GdlLaunchAPI  # type: ignore[attr-defined]
+gdl_launch.initkwargs = {}  # type: ignore[attr-defined]
+
+
+class HandoffDecisionInput(serializers.Serializer):
+    decision = serializers.ChoiceField(choices=["continue", "close"])
+    note = serializers.CharField(required=False, allow_blank=True, max_length=8000, default="")
+
+
+class BackReferralInput(serializers.Serializer):
+    note = serializers.CharField(max_length=8000)
+
+
+class HandoffDecision(APIView):
+    permission_classes = [roles(Role.OPERATOR)]
+
+    @extend_schema(request=HandoffDecisionInput, responses={202: RunSerializer, **error_responses(
+        _400="invalid", _404="run_not_found", _409="run_state_conflict")})
+    def post(self, request: Request, run_id: int) -> Response:
+        body = HandoffDecisionInput(data=request.data)
+        body.is_valid(raise_exception=True)
+        run = run_services.run_handoff_decide(user=request.user, run_id=run_id, **body.validated_data)
+        return Response(RunSerializer(run).data, status=202)
+
+
+class BackReferral(APIView):
+    permission_classes = [roles(Role.OPERATOR)]
+
+    @extend_schema(request=BackReferralInput, responses={202: RunSerializer, **error_responses(
+        _400="invalid", _404="run_not_found", _409="run_state_conflict")})
+    def post(self, request: Request, run_id: int) -> Response:
+        body = BackReferralInput(data=request.data)
+        body.is_valid(raise_exception=True)
+        run = run_services.run_back_refer(user=request.user, run_id=run_id, note=body.validated_data["note"])
+        return Response(RunSerializer(run).data, status=202)
