@@ -9,13 +9,14 @@ same service the API calls. Parked calls and known tools are never edited here.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, cast
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.views.main import ChangeList
+from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Model, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
@@ -65,14 +66,14 @@ class ApprovalRuleForm(forms.ModelForm):
     class Meta:
         model = ApprovalRule
         fields = ["group", "tool_pattern", "arg_matchers", "action", "priority", "approval_ttl", "enabled", "note"]
-        widgets = {"tool_pattern": ToolPicker()}
+        widgets = {"tool_pattern": ToolPicker(), "arg_matchers": forms.Textarea(attrs={"rows": 2, "cols": 32})}
         help_texts = {
             "tool_pattern": "A tool name or a glob ('read_*', '*'); suggestions list every known tool.",
             "arg_matchers": 'A JSON object of argument path → glob, e.g. {"path": "reports/*"}. Empty: any arguments.',
         }
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
+        cleaned: dict[str, Any] = super().clean() or self.cleaned_data
         # Only check fields that parsed: a field with its own error (say, invalid JSON) is reported once.
         problems = approval_rule_problems(
             tool_pattern=cleaned.get("tool_pattern", ""),
@@ -186,7 +187,7 @@ class ApprovalRuleAdmin(ToolCatalogMixin, admin.ModelAdmin):
 
     @admin.display(description="scope", ordering="group__name")
     def scope(self, obj: ApprovalRule) -> str:
-        return f"group: {obj.group.name}" if obj.group_id else "global"
+        return f"group: {obj.group.name}" if obj.group is not None else "global"
 
     @admin.display(description="argument matchers")
     def matchers(self, obj: ApprovalRule) -> str:
@@ -221,7 +222,7 @@ class StateFilter(admin.SimpleListFilter):
     def value(self) -> str:
         return super().value() or "pending"
 
-    def choices(self, changelist: ChangeList) -> Iterable[dict[str, Any]]:
+    def choices(self, changelist: ChangeList) -> Iterator[Any]:
         for lookup, title in self.lookup_choices:
             yield {"selected": self.value() == lookup, "display": title,
                    "query_string": changelist.get_query_string({self.parameter_name: lookup})}
@@ -332,7 +333,7 @@ class PendingApprovalAdmin(admin.ModelAdmin):
     def rule_snapshot_pretty(self, obj: PendingApproval) -> str:
         return format_html("<pre>{}</pre>", json.dumps(obj.rule_snapshot, indent=2, sort_keys=True))
 
-    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
         return lookup in {"session", "batch"} or super().lookup_allowed(lookup, value, request)
 
     # -- change view: the diff, the batch and an answer form
@@ -407,10 +408,11 @@ class PendingApprovalAdmin(admin.ModelAdmin):
         return TemplateResponse(request, "admin/approvals/pendingapproval/resolve_confirmation.html", context)
 
     def _resolve(self, request: HttpRequest, approvals: list[PendingApproval], *, decision: str, reason: str) -> None:
+        resolver = cast(AbstractBaseUser, request.user)  # admin_view: an authenticated staff user
         done = 0
         for approval in approvals:
             try:
-                pending_approval_resolve(resolver=request.user, decision=decision, reason=reason,
+                pending_approval_resolve(resolver=resolver, decision=decision, reason=reason,
                                          request_id=approval.request_id)
             except SkaldError as exc:
                 self.message_user(

@@ -221,7 +221,7 @@ def arg_text(value: Any) -> str:
     """What a matcher's glob is compared with: strings as they are, anything else as JSON."""
     if isinstance(value, str):
         return value
-    return str(value)
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
 def _jsonable(matchers: Any) -> Any:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from approvals.models import ApprovalRule, RuleAction, SecurityGroup
@@ -103,7 +102,7 @@ def security_group_save(
     actor: Actor,
     group: SecurityGroup,
     changed: Iterable[str],
-    users: Iterable[AbstractBaseUser] | None = None,
+    users: Iterable[Any] | None = None,
     agents: Iterable[Any] | None = None,
 ) -> SecurityGroup:
     """Create or update a group and, when given, set its members; audit GROUP_CHANGED.

@@ -171,6 +171,17 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "COMPONENT_SPLIT_REQUEST": True,
+    # Several components share field names ("status", "decision") over different choice sets.
+    "ENUM_NAME_OVERRIDES": {
+        "GateActionEnum": ["allow", "require", "deny"],
+        "ApprovalStatusEnum": "approvals.models.ApprovalStatus",
+        "ProposalStatusEnum": "proposals.models.ProposalStatus",
+        "RunStatusEnum": "skald.models.RunStatus",
+        "CaseStatusEnum": "skald.models.CaseStatus",
+        "ExchangeStatusEnum": "loop.models.ExchangeStatus",
+        "ApprovalDecisionEnum": ["approve", "reject"],
+        "HandoffDecisionEnum": ["continue", "close"],
+    },
 }
 
 # --- i18n, static -----------------------------------------------------------------------------

@@ -48,7 +48,8 @@ def test_it_counts_decisions_by_action_and_the_wait_of_a_resolved_approval(clien
     assert parked["skald_approval_wait_seconds_count"] == 0
 
     with time_machine.travel(start + timedelta(seconds=90), tick=False):
-        pending_approval_resolve(resolver=carol, decision="approve", request_id=PendingApproval.objects.get().request_id)
+        request_id = PendingApproval.objects.get().request_id
+        pending_approval_resolve(resolver=carol, decision="approve", request_id=request_id)
     assert PendingApproval.objects.get().status == ApprovalStatus.APPROVED
 
     resolved = scrape(client)

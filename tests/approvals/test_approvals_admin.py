@@ -199,6 +199,8 @@ def test_the_pending_page_shows_the_batch_and_the_coloured_diff(client, alice, c
     assert [a.pk for a in page.context["cl"].result_list] == [first.pk, other.pk]
     html = page.content.decode()
     assert f"s{troubleshooting.pk} · e1:t1" in html and "alice" in html
+    batch = client.get(PENDING, {"session": troubleshooting.pk, "batch": "e1:t1", "state": "all"})
+    assert [a.pk for a in batch.context["cl"].result_list] == [first.pk, other.pk]
 
     detail = client.get(f"{PENDING}{first.pk}/change/").content.decode()
     assert '<pre class="skald-diff">' in detail

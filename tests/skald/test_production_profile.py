@@ -1,0 +1,80 @@
+"""The production profile: typed settings fail loudly, and `check --deploy` is clean."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from skald.env import envbool, envint, envlist, envstr
+
+BASE = Path(__file__).resolve().parents[2]
+
+
+def production_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    secret = tmp_path / "secret_key"
+    secret.write_text("x" * 60 + "production-secret-key-with-enough-entropy-1234567890")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SKALD_", "BRAIN_", "DATABASE_URL", "REDIS_URL"))}
+    env.update({
+        "DJANGO_SETTINGS_MODULE": "skald.settings",
+        "SKALD_DEBUG": "0",
+        "SKALD_SECRET_KEY_FILE": str(secret),
+        "SKALD_ALLOWED_HOSTS": "skald.example.org",
+        "DATABASE_URL": "postgres://skald@127.0.0.1:5432/skald",
+        "REDIS_URL": "redis://127.0.0.1:6379/0",
+        "SKALD_AUDIT_KEY": "audit-hmac-key",
+        "SKALD_METRICS_TOKEN": "metrics-token",
+        "SKALD_VAR_DIR": str(tmp_path / "var"),
+        **extra,
+    })
+    return env
+
+
+def manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(BASE / "manage.py"), *args], env=env, cwd=BASE,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_check_deploy_is_clean_in_the_production_profile(tmp_path):
+    result = manage(production_env(tmp_path), "check", "--deploy", "--fail-level", "WARNING")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_check_deploy_names_a_missing_production_piece(tmp_path):
+    env = production_env(tmp_path)
+    env.pop("REDIS_URL")
+    result = manage(env, "check", "--deploy", "--fail-level", "WARNING")
+    assert result.returncode != 0 and "skald.E003" in result.stderr
+
+
+def test_a_partial_provider_profile_refuses_to_boot(tmp_path):
+    result = manage(production_env(tmp_path, BRAIN_GDL_PROVIDER_BASE_URL="https://models.example.org/v1"), "check")
+    assert result.returncode != 0 and "skald.E001" in result.stderr
+    assert "models.example.org" not in result.stderr  # names variables, never values
+
+
+def test_typed_helpers_fail_loudly_on_bad_values(tmp_path):
+    with pytest.raises(ImproperlyConfigured):
+        envbool("X", False, env={"X": "perhaps"})
+    with pytest.raises(ImproperlyConfigured):
+        envint("X", 1, env={"X": "ten"})
+    with pytest.raises(ImproperlyConfigured):
+        envint("X", 1, minimum=2, env={"X": "1"})
+    secret = tmp_path / "s"
+    secret.write_text("from-a-file\n")
+    assert envstr("S", env={"S_FILE": str(secret)}) == "from-a-file"
+    with pytest.raises(ImproperlyConfigured):
+        envstr("S", env={"S": "a", "S_FILE": str(secret)})
+    with pytest.raises(ImproperlyConfigured):
+        envstr("S", env={"S_FILE": str(tmp_path / "missing")})
+    assert envlist("L", env={"L": "a, b,,c"}) == ["a", "b", "c"]
+
+
+def test_a_bad_setting_stops_the_process_with_its_name(tmp_path):
+    result = manage(production_env(tmp_path, SKALD_Q_WORKERS="many"), "check")
+    assert result.returncode != 0 and "SKALD_Q_WORKERS" in result.stderr
