@@ -29,7 +29,7 @@ def decide(*, tool: str, args: Mapping[str, Any], user_id: int | None, agent: st
     try:
         with transaction.atomic():
             rule_sets = rule_sets_for(user_id=user_id, agent=agent)
-    except Exception as exc:  # noqa: BLE001 - a policy we cannot read denies
+    except Exception as exc:
         logger.exception("approval rules could not be loaded; denying %s", tool)
         return Decision("deny", None, (), f"engine fault: rules unavailable: {type(exc).__name__}: {exc}")
     return check(tool, args, rule_sets)

@@ -282,6 +282,7 @@ def report(result: Result) -> str:
     block = max(1, result.turns // len(result.blocks_ms)) if result.blocks_ms else 1
     curve = "  ".join(f"{i * block + 1}-{(i + 1) * block}: {v:.2f}" for i, v in enumerate(result.blocks_ms))
     kinds = ", ".join(f"{k} {v}" for k, v in result.query_kinds.items())
+    chain = "ok" if result.chain_ok else "BROKEN"
     return "\n".join([
         f"  database             {result.server}",
         f"  turns                {result.turns} one-tool turns on one session (+ {WARMUP_TURNS} warm-up turns)",
@@ -295,7 +296,7 @@ def report(result: Result) -> str:
         f"[{mark(result.growth <= TARGET_GROWTH)}]",
         f"  growth curve (ms)    {curve}",
         f"  events persisted     {result.events} session events, {result.events_per_s:,.0f} events/s of kernel time",
-        f"  audit rows per turn  {result.audit_rows_per_turn:.1f}   (chain verified: {'ok' if result.chain_ok else 'BROKEN'})",
+        f"  audit rows per turn  {result.audit_rows_per_turn:.1f}   (chain verified: {chain})",
         f"  queries per turn     {result.queries_per_turn}   ({kinds})",
         f"  timings              migrate {result.migrate_s:.1f} s, {result.turns} turns {result.run_s:.1f} s wall",
     ])

@@ -74,9 +74,10 @@ class ProposalAdmin(_ReadOnly, admin.ModelAdmin):
     search_fields = ["title", "body"]
     ordering = ["id"]
     actions = ["accept_selected", "reject_selected"]
-    fields = ["title", "body", "status", "consequence", "evidence_view", "run", "session", "source_key",
-              "disposed_by", "disposed_at", "reason", "knowledge_entry", "created_at", "audit_trail"]
-    readonly_fields = fields
+    fields = readonly_fields = (
+        "title", "body", "status", "consequence", "evidence_view", "run", "session", "source_key", "disposed_by",
+        "disposed_at", "reason", "knowledge_entry", "created_at", "audit_trail",
+    )
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return _may_read(request) or super().has_module_permission(request)
@@ -86,7 +87,7 @@ class ProposalAdmin(_ReadOnly, admin.ModelAdmin):
 
     @admin.display(description="case")
     def case(self, obj: Proposal) -> str:
-        return obj.run.case.title if obj.run_id else "—"
+        return obj.run.case.title if obj.run is not None else "—"
 
     @admin.display(description="evidence")
     def evidence_view(self, obj: Proposal) -> SafeString:
@@ -187,8 +188,7 @@ class KnowledgeRevisionInline(_ReadOnly, admin.TabularInline):
     model = KnowledgeRevision
     fk_name = "entry"
     extra = 0
-    fields = ["version", "title", "body", "proposal", "created_by", "created_at"]
-    readonly_fields = fields
+    fields = readonly_fields = ("version", "title", "body", "proposal", "created_by", "created_at")
     ordering = ["-version"]
     can_delete = False
 
@@ -197,8 +197,7 @@ class KnowledgeRevisionInline(_ReadOnly, admin.TabularInline):
 class KnowledgeEntryAdmin(_ReadOnly, admin.ModelAdmin):
     list_display = ["slug", "title", "version", "updated_at"]
     search_fields = ["slug", "title", "body"]
-    fields = ["slug", "title", "body", "version", "created_at", "updated_at"]
-    readonly_fields = fields
+    fields = readonly_fields = ("slug", "title", "body", "version", "created_at", "updated_at")
     inlines = [KnowledgeRevisionInline]
 
     def has_module_permission(self, request: HttpRequest) -> bool:

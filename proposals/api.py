@@ -34,7 +34,7 @@ class ProposalSerializer(serializers.ModelSerializer):
 
     case = serializers.SerializerMethodField()
     disposed_by = serializers.SerializerMethodField()
-    knowledge_entry = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    knowledge_entry = serializers.CharField(source="knowledge_entry.slug", read_only=True, allow_null=True)
 
     class Meta:
         model = Proposal
@@ -43,7 +43,8 @@ class ProposalSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.DictField(allow_null=True))
     def get_case(self, obj: Proposal) -> dict[str, Any] | None:
-        return {"id": obj.run.case_id, "title": obj.run.case.title} if obj.run_id else None
+        run = obj.run
+        return {"id": run.case_id, "title": run.case.title} if run is not None else None
 
     def get_disposed_by(self, obj: Proposal) -> str | None:
         return obj.disposed_by.get_username() if obj.disposed_by else None

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import IntegrityError, transaction
 
 from audit.actors import Actor
@@ -34,6 +34,8 @@ CAPTURE_TOOL = "propose_knowledge"
 REASON_MAX = 2000
 BODY_MAX = 32000
 CAPTURER = Actor.system("capture")
+
+Reviewer = AbstractBaseUser | AnonymousUser  # what a request carries; anything but a reviewer is refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +99,8 @@ def _drafts(run: Run, captured: set[str]) -> list[_Draft]:
     )
     if last is None or f"answer:{last.pk}" in captured:
         return []
-    rows = _rows_by_exchange([last.pk])[last.pk]
-    answer = evidence.final_answer(rows)
+    answered = _rows_by_exchange([last.pk])[last.pk]
+    answer = evidence.final_answer(answered)
     if answer is None:
         return []
     return [
@@ -109,7 +111,7 @@ def _drafts(run: Run, captured: set[str]) -> list[_Draft]:
             evidence=evidence.snapshot(
                 case=_case_of(run), ticket=run.ticket, run=_run_of(run), session_id=run.session_id,
                 exchange=last.number, source={"kind": "final_answer", "exchange_id": last.pk},
-                events=evidence.events_for_answer(rows, answer),
+                events=evidence.events_for_answer(answered, answer),
             ),
         )
     ]
@@ -160,7 +162,7 @@ def _run_of(run: Run) -> dict[str, Any]:
 
 
 def proposal_accept(
-    *, reviewer: AbstractBaseUser, proposal_id: int, title: str | None = None, body: str | None = None
+    *, reviewer: Reviewer, proposal_id: int, title: str | None = None, body: str | None = None
 ) -> Proposal:
     """Accept a pending proposal, optionally with an edited title and body, into knowledge.
 
@@ -206,7 +208,7 @@ def proposal_accept(
     return proposal
 
 
-def proposal_reject(*, reviewer: AbstractBaseUser, proposal_id: int, reason: str) -> Proposal:
+def proposal_reject(*, reviewer: Reviewer, proposal_id: int, reason: str) -> Proposal:
     """Reject a pending proposal with a reason (required: the rejection must say why).
 
     Raises:
@@ -234,7 +236,7 @@ def proposal_reject(*, reviewer: AbstractBaseUser, proposal_id: int, reason: str
     return proposal
 
 
-def _require_reviewer(user: AbstractBaseUser) -> None:
+def _require_reviewer(user: Reviewer) -> None:
     if not has_role(user, Role.REVIEWER):
         raise Forbidden("Only reviewers dispose proposals.", code="permission_denied")
 
@@ -249,7 +251,7 @@ def _edited(value: str | None, *, field: str, limit: int) -> str | None:
     return value
 
 
-def _pending_for_update(*, proposal_id: int, reviewer: AbstractBaseUser) -> Proposal:
+def _pending_for_update(*, proposal_id: int, reviewer: Reviewer) -> Proposal:
     proposal = Proposal.objects.select_for_update().filter(pk=proposal_id).first()
     if proposal is None:
         raise NotFound("No such proposal.", code="proposal_not_found")

@@ -10,7 +10,7 @@ from loop.events import EventKind
 from loop.models import SessionEvent
 
 # Total over the closed vocabulary: a browser switches on ``type``, so no kind may fall through.
-_TYPES = {
+_TYPES: dict[str, str] = {
     EventKind.USER: "message.user",
     EventKind.ASSISTANT: "message.assistant",
     EventKind.TOOL_RESULT: "tool.result",

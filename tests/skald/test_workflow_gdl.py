@@ -5,10 +5,11 @@ from __future__ import annotations
 import socket
 
 import pytest
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import Group
 
 from approvals.models import PendingApproval
 from approvals.seed import default_rules_ensure
+from audit.actors import Actor
 from loop.errors import ProviderError
 from loop.models import Exchange, ToolCall
 from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
@@ -17,7 +18,6 @@ from skald.cases.services import case_create
 from skald.loop_adapters import runtime
 from skald.models import Run, RunStatus
 from skald.tools.workspace import workspace_for
-from audit.actors import Actor
 from tests.conftest import make_user
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]

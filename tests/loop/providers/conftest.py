@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.loop.providers.fake_openai_server import TEST_SECRET, FakeOpenAIServer, FakeResolver
 
 from loop.providers.openai_compat import OpenAICompatProvider
 from loop.providers.profile import ProviderProfile
+from tests.loop.providers.fake_openai_server import TEST_SECRET, FakeOpenAIServer, FakeResolver
 
 LOOPBACK_ALLOW = (ipaddress.ip_network("127.0.0.1/32"), ipaddress.ip_network("::1/128"))
 

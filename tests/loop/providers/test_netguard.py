@@ -6,7 +6,6 @@ import ipaddress
 from collections.abc import Callable, Mapping, Sequence
 
 import pytest
-from tests.loop.providers.fake_openai_server import FakeOpenAIServer, FakeResolver, StatusResponse, sse, text_chunks
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +23,7 @@ from loop.providers.netguard import (
     screen_address,
 )
 from loop.providers.openai_compat import OpenAICompatProvider
+from tests.loop.providers.fake_openai_server import FakeOpenAIServer, FakeResolver, StatusResponse, sse, text_chunks
 
 SSRF = "provider_ssrf_refused"
 INVALID = "provider_url_invalid"

@@ -11,18 +11,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from tests.loop.providers.fake_openai_server import (
-    TEST_SECRET,
-    FakeOpenAIServer,
-    FakeResolver,
-    RecordedRequest,
-    StatusResponse,
-    chunk,
-    sse,
-    text_chunks,
-    tool_call_chunks,
-    usage_chunk,
-)
 
 from loop.cancellation import CancelToken
 from loop.errors import ProviderError
@@ -44,6 +32,18 @@ from loop.providers.base import (
 )
 from loop.providers.openai_compat import OpenAICompatProvider
 from loop.providers.profile import ProviderProfile
+from tests.loop.providers.fake_openai_server import (
+    TEST_SECRET,
+    FakeOpenAIServer,
+    FakeResolver,
+    RecordedRequest,
+    StatusResponse,
+    chunk,
+    sse,
+    text_chunks,
+    tool_call_chunks,
+    usage_chunk,
+)
 
 MakeProvider = Callable[..., OpenAICompatProvider]
 

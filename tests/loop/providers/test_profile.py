@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import pytest
-from tests.loop.providers.fake_openai_server import TEST_SECRET
 
 from loop.errors import HarnessError, ProviderError
 from loop.providers.profile import (
@@ -23,6 +22,7 @@ from loop.providers.profile import (
     profile_status,
     read_secret,
 )
+from tests.loop.providers.fake_openai_server import TEST_SECRET
 
 FULL = {
     ENV_BASE_URL: "https://llm.sekrit-host.example/v1",

@@ -1,0 +1,140 @@
+"""``make bench``: :mod:`bench.kernel` on a fresh SQLite file, then on a fresh PostgreSQL database.
+
+Each run is a fresh process with a hermetic environment (no ``SKALD_*``/``DATABASE_URL`` from the
+shell), so the two databases are measured under the same code and settings. Targets are reported
+as PASS/FAIL for information only: the exit status is non-zero only when a run itself fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.kernel import EDGE, TARGET_GROWTH, TARGET_MEDIAN_MS, TURNS, Result, mark
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+POSTGRES_URL = os.environ.get("BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/skald_bench")
+RUN_TIMEOUT_S = 150
+# Variables that would make a run depend on the developer's shell (as in skald.testrun).
+_HERMETIC_PREFIXES = ("BRAIN_GDL_PROVIDER_", "SKALD_", "REDIS_URL", "DATABASE_URL", "BRAIN_ENGINE_")
+
+
+def _env(var_dir: Path, database_url: str = "") -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_HERMETIC_PREFIXES)}
+    # DEBUG off as in production: with it on, Django would also record every query it runs.
+    env.update(SKALD_VAR_DIR=str(var_dir), SKALD_DEBUG="0", SKALD_LOG_LEVEL="WARNING",
+               DJANGO_SETTINGS_MODULE="skald.settings")
+    if database_url:
+        env["DATABASE_URL"] = database_url
+    return env
+
+
+def recreate_postgres_database(url: str) -> str:
+    """Drop and create the benchmark database; returns why not when the server is unreachable."""
+    try:
+        import psycopg
+        from psycopg import sql
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    except ImportError as exc:
+        return f"psycopg is not installed ({exc})"
+    name = conninfo_to_dict(url).get("dbname")
+    if not name:
+        return f"{url} names no database"
+    try:
+        with psycopg.connect(make_conninfo(url, dbname="postgres"), autocommit=True, connect_timeout=5) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(str(name))))
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(str(name))))
+    except psycopg.Error as exc:
+        text = str(exc).strip()
+        return text.splitlines()[0] if text else type(exc).__name__
+    return ""
+
+
+def run_kernel(title: str, env: dict[str, str], result_file: Path) -> Result | str:
+    """One :mod:`bench.kernel` process; its report streams through. Returns the figures or an error."""
+    print(f"\n=== {title} ===", flush=True)
+    try:
+        completed = subprocess.run(
+            [sys.executable, "-m", "bench.kernel", "--result-file", str(result_file)],
+            cwd=BASE_DIR, env=env, timeout=RUN_TIMEOUT_S, check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return f"timed out after {RUN_TIMEOUT_S} s"
+    if completed.returncode != 0 or not result_file.exists():
+        return f"failed with exit status {completed.returncode}"
+    return Result(**json.loads(result_file.read_text(encoding="utf-8")))
+
+
+def summary(results: dict[str, Result | str]) -> str:
+    """The closing table: one column per database, the targets on the right."""
+    columns = list(results)
+    rows: list[tuple[str, dict[str, str], str]] = []
+
+    def row(label: str, fmt: Callable[[Result], str], target: str = "") -> None:
+        cells = {name: fmt(value) if isinstance(value, Result) else "-" for name, value in results.items()}
+        rows.append((label, cells, target))
+
+    row("median overhead / one-tool turn",
+        lambda r: f"{r.median_ms:.2f} ms {mark(r.median_ms <= r.target_median_ms)}",
+        " / ".join(f"<= {TARGET_MEDIAN_MS[k]:g} ms {k}" for k in ("sqlite", "postgresql")))
+    row("p95 overhead", lambda r: f"{r.p95_ms:.2f} ms")
+    row(f"mean of turns 1-{EDGE}", lambda r: f"{r.first_mean_ms:.2f} ms")
+    row(f"mean of turns {TURNS - EDGE + 1}-{TURNS}", lambda r: f"{r.last_mean_ms:.2f} ms")
+    row(f"growth turn {TURNS} / turn 1", lambda r: f"{r.growth:.2f}x {mark(r.growth <= TARGET_GROWTH)}",
+        f"<= {TARGET_GROWTH}x")
+    row("events persisted per second", lambda r: f"{r.events_per_s:,.0f}")
+    row("audit rows per turn", lambda r: f"{r.audit_rows_per_turn:.1f}")
+    row("queries per turn", lambda r: str(r.queries_per_turn))
+    row("audit chain verified", lambda r: "ok" if r.chain_ok else "BROKEN")
+
+    width = max(len(label) for label, _cells, _target in rows) + 2
+    col = max(16, *(len(c) + 2 for _l, cells, _t in rows for c in cells.values()))
+    lines = [f"{'':{width}}" + "".join(f"{name:>{col}}" for name in columns) + "   target",
+             f"{'':{width}}" + "".join(f"{'-' * (col - 2):>{col}}" for _ in columns)]
+    for label, cells, target in rows:
+        lines.append(f"{label:{width}}" + "".join(f"{cells[name]:>{col}}" for name in columns)
+                     + (f"   {target}" if target else ""))
+    for name, value in results.items():
+        if isinstance(value, str):
+            lines.append(f"{name}: not measured ({value})")
+    lines.append("Overhead = wall time of run_turns_keyed minus the time inside the provider's stream; one turn = "
+                 "user message -> one echo call -> answer (2 provider calls, 6 session events, 6 audit rows).")
+    lines.append("PASS/FAIL is informative only. Wall-clock figures move with the machine's load (see above).")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    started = time.perf_counter()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"Skald kernel benchmark: {TURNS} one-tool turns per database, loopback provider, real store and "
+          f"audit chain.\nPython {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, "
+          f"load average {load:.2f} at start.", flush=True)
+    results: dict[str, Result | str] = {}
+    with tempfile.TemporaryDirectory(prefix="skald-bench-") as tmp:
+        sqlite_dir = Path(tmp) / "sqlite"
+        results["SQLite"] = run_kernel("SQLite (fresh file, WAL)", _env(sqlite_dir), Path(tmp) / "sqlite.json")
+
+        problem = recreate_postgres_database(POSTGRES_URL)
+        if problem:
+            print(f"\n=== PostgreSQL ===\nPostgreSQL at {POSTGRES_URL} is not reachable, skipped: {problem}",
+                  flush=True)
+            results["PostgreSQL"] = f"unreachable: {problem}"
+        else:
+            results["PostgreSQL"] = run_kernel(f"PostgreSQL ({POSTGRES_URL}, recreated)",
+                                               _env(Path(tmp) / "postgres", POSTGRES_URL),
+                                               Path(tmp) / "postgres.json")
+    print(f"\n=== Summary ({time.perf_counter() - started:.0f} s) ===", flush=True)
+    print(summary(results), flush=True)
+    failed = [name for name, value in results.items() if isinstance(value, str) and not value.startswith("unreachable")]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
