@@ -92,6 +92,8 @@ def summary(results: dict[str, Result | str]) -> str:
     row("events persisted per second", lambda r: f"{r.events_per_s:,.0f}")
     row("audit rows per turn", lambda r: f"{r.audit_rows_per_turn:.1f}")
     row("queries per turn", lambda r: str(r.queries_per_turn))
+    row("commit floor (probe x commits)",
+        lambda r: f"{r.commit_ms * r.query_kinds.get('COMMIT', 0):.2f} ms")
     row("audit chain verified", lambda r: "ok" if r.chain_ok else "BROKEN")
 
     width = max(len(label) for label, _cells, _target in rows) + 2

@@ -179,6 +179,7 @@ class Result:
     queries_per_turn: int
     query_kinds: dict[str, int]
     chain_ok: bool
+    commit_ms: float = 0.0
     blocks_ms: list[float] = field(default_factory=list)
     migrate_s: float = 0.0
     run_s: float = 0.0
@@ -222,6 +223,24 @@ def _sample_queries(env: LoopEnv, provider: TimedProvider, number: int) -> tuple
     return len(captured.captured_queries), dict(kinds.most_common())
 
 
+def commit_probe(samples: int = 100) -> float:
+    """Median milliseconds of the smallest durable transaction (one-row INSERT + COMMIT): the floor
+    each of a turn's commits pays on this database and disk, whatever the kernel does."""
+    from django.db import connection, transaction
+
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE bench_commit_probe (x integer)")
+    timings = []
+    for number in range(samples):
+        started = time.perf_counter()
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("INSERT INTO bench_commit_probe (x) VALUES (%s)", [number])
+        timings.append(time.perf_counter() - started)
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE bench_commit_probe")
+    return statistics.median(timings) * 1000
+
+
 def measure(*, turns: int = TURNS, warmup: int = WARMUP_TURNS, workspace: Path) -> Result:
     """Warm up on one session, then time ``turns`` bench turns on a fresh one."""
     from django.contrib.auth import get_user_model
@@ -231,6 +250,7 @@ def measure(*, turns: int = TURNS, warmup: int = WARMUP_TURNS, workspace: Path) 
     from loop.models import SessionEvent
 
     backend, server = _server()
+    commit_ms = commit_probe()
     user = get_user_model().objects.create_user(username="alice")
     provider = bench_provider()
 
@@ -266,7 +286,8 @@ def measure(*, turns: int = TURNS, warmup: int = WARMUP_TURNS, workspace: Path) 
         first_mean_ms=first, last_mean_ms=last, growth=last / first,
         provider_median_ms=statistics.median(provider_times) * 1000,
         events=events, events_per_s=events / sum(overhead), audit_rows_per_turn=audit_rows / turns,
-        queries_per_turn=queries, query_kinds=kinds, chain_ok=chain_ok, blocks_ms=blocks, run_s=run_s,
+        queries_per_turn=queries, query_kinds=kinds, chain_ok=chain_ok, commit_ms=commit_ms,
+        blocks_ms=blocks, run_s=run_s,
     )
 
 
@@ -283,6 +304,7 @@ def report(result: Result) -> str:
     curve = "  ".join(f"{i * block + 1}-{(i + 1) * block}: {v:.2f}" for i, v in enumerate(result.blocks_ms))
     kinds = ", ".join(f"{k} {v}" for k, v in result.query_kinds.items())
     chain = "ok" if result.chain_ok else "BROKEN"
+    commits = result.query_kinds.get("COMMIT", 0)
     return "\n".join([
         f"  database             {result.server}",
         f"  turns                {result.turns} one-tool turns on one session (+ {WARMUP_TURNS} warm-up turns)",
@@ -298,6 +320,8 @@ def report(result: Result) -> str:
         f"  events persisted     {result.events} session events, {result.events_per_s:,.0f} events/s of kernel time",
         f"  audit rows per turn  {result.audit_rows_per_turn:.1f}   (chain verified: {chain})",
         f"  queries per turn     {result.queries_per_turn}   ({kinds})",
+        f"  commit floor         {result.commit_ms:.2f} ms per one-row durable transaction (probe) x "
+        f"{commits} commits per turn = {result.commit_ms * commits:.2f} ms",
         f"  timings              migrate {result.migrate_s:.1f} s, {result.turns} turns {result.run_s:.1f} s wall",
     ])
 

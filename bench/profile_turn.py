@@ -1,74 +1,149 @@
-"""Where a bench turn's time goes: cProfile over 200 one-tool turns on a fresh SQLite database.
+"""Where a bench turn's time goes, on a fresh SQLite database (``DATABASE_URL`` is ignored).
 
-``python -m bench.profile_turn [--turns N] [--top N] [--sort cumulative|tottime]`` prints the top
-entries; divide a row's time by the number of turns for its cost per turn. The database is a
-throwaway SQLite file in a temporary directory (``DATABASE_URL`` is ignored).
+Two passes over ``--turns`` one-tool turns (200 by default) on one session each:
+
+1. seam timers: wall-clock timers wrapped around the kernel's seams for the run only, without a
+   profiler, so the milliseconds per turn are close to the real ones (the rows nest, they do not
+   add up);
+2. cProfile: the top ``--top`` entries by ``--sort`` (cumulative by default). Profiling inflates
+   Python-heavy code more than waiting, so read it for shape, and the timers for size.
+
+``python -m bench.profile_turn [--turns N] [--top N] [--sort cumulative|tottime]``
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
+import importlib
 import os
 import pstats
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from bench.kernel import WARMUP_TURNS, bench_provider, build_env, configure_django, create_session, run_turn
+from bench.kernel import (
+    WARMUP_TURNS,
+    TimedProvider,
+    bench_provider,
+    build_env,
+    configure_django,
+    create_session,
+    run_turn,
+)
 
-# The kernel's seams and the costs under them: label → (path suffix, function) pairs, summed.
-# Indented rows are inside the row above, so the rows do not add up to the turn.
-SEAMS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
-    ("admit_exchange (admission, user row, audit)", (("loop/driver.py", "admit_exchange"),)),
-    ("Store.claim", (("loop/store.py", "claim"),)),
-    ("Model.refresh_from_db", (("django/db/models/base.py", "refresh_from_db"),)),
-    ("Store.cancel_requested", (("loop/store.py", "cancel_requested"),)),
-    ("_CancelWatcher start + stop (a thread per exchange)", (("loop/driver.py", "__enter__"),
-                                                             ("loop/driver.py", "__exit__"))),
-    ("ContextBuilder.messages (replay + projection)", (("loop/context.py", "messages"),)),
-    ("  Store.replay (the bounded SELECT)", (("loop/store.py", "replay"),)),
-    ("  project", (("loop/projection.py", "project"),)),
-    ("  window_start", (("loop/projection.py", "window_start"),)),
-    ("dispatch (provider time included)", (("loop/dispatch.py", "dispatch"),)),
-    ("  request_bytes", (("loop/dispatch.py", "request_bytes"),)),
-    ("  provider (TimedProvider.stream + _timed)", (("bench/kernel.py", "stream"), ("bench/kernel.py", "_timed"))),
-    ("  on_text live delta (bus)", (("loop/driver.py", "send"),)),
-    ("Store.record_message_end", (("loop/store.py", "record_message_end"),)),
-    ("run_round", (("loop/tools/fanout.py", "run_round"),)),
-    ("  Store.record_intent", (("loop/store.py", "record_intent"),)),
-    ("  execute_tool (a thread per call)", (("loop/tools/execute.py", "execute_tool"),)),
-    ("  Store.record_result", (("loop/store.py", "record_result"),)),
-    ("Store.settle (receipt)", (("loop/store.py", "settle"),)),
-    ("Store._append (idempotency SELECT, seq, INSERT)", (("loop/store.py", "_append"),)),
-    ("  Store._next_seq", (("loop/store.py", "_next_seq"),)),
-    ("audit_append (chain tip, hash, INSERT)", (("audit/services.py", "audit_append"),)),
-    ("  chain_tip", (("audit/selectors.py", "chain_tip"),)),
-    ("on-commit wake (Store._wake's notify: SELECT + bus)", (("loop/store.py", "notify"),)),
-    ("ChannelsBus._send (async_to_sync, all callers)", (("skald/loop_adapters/bus.py", "_send"),)),
-    ("connection commit", (("django/db/backends/base/base.py", "_commit"),)),
-    ("SQLite cursor.execute", (("django/db/backends/sqlite3/base.py", "execute"),)),
-    ("Thread.start (all threads)", (("threading.py", "start"),)),
+# label → "module:Attribute.path" of the callable to time. Indented rows run inside the row above;
+# the exclusive times ("excl") add up to the turn.
+SEAMS: tuple[tuple[str, str], ...] = (
+    ("admit_exchange (admission tx: user row + audit)", "loop.driver:admit_exchange"),
+    ("Store.claim (claim tx)", "loop.store:Store.claim"),
+    ("Model.refresh_from_db", "django.db.models.base:Model.refresh_from_db"),
+    ("Store.cancel_requested", "loop.store:Store.cancel_requested"),
+    ("Store.root_frame", "loop.store:Store.root_frame"),
+    ("_CancelWatcher start (a thread per exchange)", "loop.driver:_CancelWatcher.__enter__"),
+    ("_CancelWatcher stop + join", "loop.driver:_CancelWatcher.__exit__"),
+    ("ContextBuilder.messages (replay + window + projection)", "loop.context:ContextBuilder.messages"),
+    ("  Store.replay (the bounded SELECT)", "loop.store:Store.replay"),
+    ("  project", "loop.context:project"),
+    ("dispatch (provider time included)", "loop.driver:dispatch"),
+    ("  request_bytes", "loop.dispatch:request_bytes"),
+    ("  provider stream (excluded from the bench)", "bench.kernel:TimedProvider.stream"),
+    ("  on_text live delta (bus)", "loop.driver:_live_text"),
+    ("Store.record_message_end (turn tx)", "loop.store:Store.record_message_end"),
+    ("Store.record_intent (intent tx)", "loop.store:Store.record_intent"),
+    ("execute_tool (a thread per call)", "loop.tools.fanout:execute_tool"),
+    ("Store.record_result (result tx)", "loop.store:Store.record_result"),
+    ("Store.settle (receipt tx)", "loop.store:Store.settle"),
+    ("Store._append (idempotency SELECT + seq + INSERT)", "loop.store:Store._append"),
+    ("  Store._next_seq", "loop.store:Store._next_seq"),
+    ("audit_append (chain tip + hash + INSERT)", "skald.loop_adapters.audit_sink:audit_append"),
+    ("  chain_tip", "audit.services:chain_tip"),
+    ("on-commit hooks (wake: SELECT last_seq + bus)",
+     "django.db.backends.base.base:BaseDatabaseWrapper.run_and_clear_commit_hooks"),
+    ("ChannelsBus._send (async_to_sync; wakes + deltas)", "skald.loop_adapters.bus:ChannelsBus._send"),
+    ("COMMIT", "django.db.backends.base.base:BaseDatabaseWrapper._commit"),
+    ("SQL execution (CursorWrapper._execute)", "django.db.backends.utils:CursorWrapper._execute"),
 )
 
 
-def seam_table(stats: pstats.Stats, turns: int) -> str:
-    """Calls and cumulative milliseconds per turn for each seam in :data:`SEAMS`."""
-    totals: dict[tuple[str, str], tuple[int, float]] = {}
-    wanted = {pair for _label, pairs in SEAMS for pair in pairs}
-    for (filename, _line, function), (_cc, calls, _tt, cumulative, _callers) in stats.stats.items():  # type: ignore[attr-defined]
-        for suffix, name in wanted:
-            if function == name and filename.endswith(suffix):
-                count, seconds = totals.get((suffix, name), (0, 0.0))
-                totals[(suffix, name)] = (count + calls, seconds + cumulative)
-    lines = [f"{'seam (cumulative, under the profiler)':54} {'calls/turn':>10} {'ms/turn':>8}"]
-    for label, pairs in SEAMS:
-        calls = sum(totals.get(pair, (0, 0.0))[0] for pair in pairs)
-        seconds = sum(totals.get(pair, (0, 0.0))[1] for pair in pairs)
-        lines.append(f"{label:54} {calls / turns:10.1f} {seconds * 1000 / turns:8.2f}")
-    return "\n".join(lines)
+def _resolve(target: str) -> tuple[Any, str]:
+    module_name, _, path = target.partition(":")
+    owner: Any = importlib.import_module(module_name)
+    *parents, attribute = path.split(".")
+    for parent in parents:
+        owner = getattr(owner, parent)
+    return owner, attribute
+
+
+@dataclass
+class SeamTotals:
+    calls: int = 0
+    inclusive: float = 0.0
+    exclusive: float = 0.0  # minus the time of the seams nested inside
+
+
+@contextmanager
+def seam_timers() -> Iterator[dict[str, SeamTotals]]:
+    """Wrap every seam in :data:`SEAMS` with a timer for the ``with`` block."""
+    totals = {label: SeamTotals() for label, _target in SEAMS}
+    stacks = threading.local()  # per thread: the nested seams' time, one slot per open seam
+    restore: list[tuple[Any, str, Any]] = []
+
+    def timer(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            stack = stacks.__dict__.setdefault("open", [])
+            stack.append(0.0)
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                elapsed = time.perf_counter() - started
+                nested = stack.pop()
+                if stack:
+                    stack[-1] += elapsed
+                entry = totals[label]
+                entry.calls += 1
+                entry.inclusive += elapsed
+                entry.exclusive += elapsed - nested
+
+        return timed
+
+    def sender_timer(label: str, factory: Callable[..., Any]) -> Callable[..., Any]:
+        # _live_text makes the per-turn sender: time the sends, not the factory.
+        @functools.wraps(factory)
+        def make(*args: Any, **kwargs: Any) -> Callable[..., Any]:
+            return timer(label, factory(*args, **kwargs))
+
+        return make
+
+    for label, target in SEAMS:
+        owner, attribute = _resolve(target)
+        original = owner.__dict__[attribute] if isinstance(owner, type) else getattr(owner, attribute)
+        restore.append((owner, attribute, original))
+        setattr(owner, attribute, (sender_timer if attribute == "_live_text" else timer)(label, original))
+    try:
+        yield totals
+    finally:
+        for owner, attribute, original in reversed(restore):
+            setattr(owner, attribute, original)
+
+
+def _turns(env: Any, provider: TimedProvider, first: int, count: int) -> tuple[float, float]:
+    """``count`` bench turns; returns (wall seconds, provider seconds)."""
+    wall = in_provider = 0.0
+    for number in range(first, first + count):
+        turn_wall, turn_provider = run_turn(env, provider, number)
+        wall += turn_wall
+        in_provider += turn_provider
+    return wall, in_provider
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -80,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     var_dir = Path(tempfile.mkdtemp(prefix="skald-profile-"))
     os.environ.pop("DATABASE_URL", None)
-    # Production runs with DEBUG off; with it on, Django would also log every query.
+    # DEBUG off as in production: with it on, Django would also record every query it runs.
     os.environ.update(SKALD_VAR_DIR=str(var_dir), SKALD_DEBUG="0", SKALD_LOG_LEVEL="WARNING")
     configure_django()
     from django.contrib.auth import get_user_model
@@ -88,24 +163,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     user = get_user_model().objects.create_user(username="alice")
     provider = bench_provider()
     warm = build_env(create_session(user.pk, "warm-up"), provider, var_dir / "workspace")
-    for number in range(1, WARMUP_TURNS + 1):
-        run_turn(warm, provider, number)
+    _turns(warm, provider, 1, WARMUP_TURNS)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"{args.turns} one-tool turns per pass on SQLite ({var_dir}); load average {load:.2f}\n")
+
+    timed_env = build_env(create_session(user.pk, "timed"), provider, var_dir / "workspace")
+    with seam_timers() as totals:
+        wall, in_provider = _turns(timed_env, provider, 1, args.turns)
+
+    def ms(seconds: float) -> float:
+        return seconds * 1000 / args.turns
+
+    print(f"Pass 1, seam timers: {ms(wall):.2f} ms per turn, of which provider {ms(in_provider):.2f} ms; "
+          f"overhead {ms(wall - in_provider):.2f} ms")
+    print(f"{'seam':58} {'calls/turn':>10} {'incl ms':>8} {'excl ms':>8}")
+    for label, entry in totals.items():
+        print(f"{label:58} {entry.calls / args.turns:10.1f} {ms(entry.inclusive):8.3f} {ms(entry.exclusive):8.3f}")
+    rest = wall - sum(entry.exclusive for entry in totals.values())
+    print(f"{'(driver and ORM glue outside every seam)':58} {'':10} {'':8} {ms(rest):8.3f}")
 
     env = build_env(create_session(user.pk, "profiled"), provider, var_dir / "workspace")
-    provider.seconds = 0.0
     profiler = cProfile.Profile()
-    started = time.perf_counter()
     profiler.enable()
-    for number in range(1, args.turns + 1):
-        run_turn(env, provider, number)
+    wall, _in_provider = _turns(env, provider, 1, args.turns)
     profiler.disable()
-    wall = time.perf_counter() - started
-
-    print(f"{args.turns} one-tool turns on SQLite ({var_dir}): {wall:.2f} s under the profiler, "
-          f"{wall / args.turns * 1000:.2f} ms per turn (profiling inflates this; provider "
-          f"{provider.seconds / args.turns * 1000:.2f} ms per turn)\n")
+    print(f"\nPass 2, cProfile: {ms(wall):.2f} ms per turn under the profiler "
+          f"(divide the times below by {args.turns} for per turn)")
     stats = pstats.Stats(profiler, stream=sys.stdout)
-    print(seam_table(stats, args.turns), "\n", flush=True)
     stats.strip_dirs().sort_stats(args.sort).print_stats(args.top)
     return 0
 

@@ -192,6 +192,9 @@ class KnowledgeRevisionInline(_ReadOnly, admin.TabularInline):
     ordering = ["-version"]
     can_delete = False
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[KnowledgeRevision]:
+        return super().get_queryset(request).select_related("created_by", "proposal")
+
 
 @admin.register(KnowledgeEntry)
 class KnowledgeEntryAdmin(_ReadOnly, admin.ModelAdmin):

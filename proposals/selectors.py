@@ -81,12 +81,3 @@ def proposal_consequence(*, proposal: Proposal) -> dict[str, Any]:
         slug = entry_slug(proposal=proposal, title=proposal.title)
         return {"action": "create", "slug": slug, "entry": None, "version": 1}
     return {"action": "update", "slug": target.slug, "entry": target.pk, "version": target.version + 1}
-
-
-def knowledge_entry_history(*, entry_id: int) -> QuerySet[KnowledgeRevision]:
-    """Every accepted version of an entry, newest first, with who accepted it and from which proposal."""
-    return (
-        KnowledgeRevision.objects.filter(entry_id=entry_id)
-        .select_related("created_by", "proposal")
-        .order_by("-version")
-    )

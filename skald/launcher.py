@@ -3,6 +3,7 @@
 Ctrl-C or SIGTERM stops both and leaves no process behind. Each child runs in its own session so
 the whole group (qcluster's workers included) can be killed; every process also asks the kernel to
 signal it when its parent dies (PR_SET_PDEATHSIG), so even a SIGKILLed `make` leaves no orphan.
+A failing preparation (e.g. `check` refusing a partial provider profile) exits non-zero, starting nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -29,8 +31,28 @@ def _die_with_parent() -> None:
         pass
 
 
-def _manage(*args: str) -> None:
-    subprocess.run([sys.executable, str(BASE_DIR / "manage.py"), *args], check=True, cwd=BASE_DIR)
+def _prepare() -> int:
+    """`check`, `migrate` and `seed_demo` in one child process (one Django start-up, not three).
+
+    A partial provider profile (skald.E001) refuses to boot here, before anything is migrated.
+    """
+    return subprocess.run([sys.executable, "-m", "skald.launcher", "--prepare"], cwd=BASE_DIR).returncode
+
+
+def _prepare_in_process() -> int:
+    import django
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    django.setup()
+    try:
+        call_command("check")
+    except SystemCheckError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    call_command("migrate", interactive=False, verbosity=0)
+    call_command("seed_demo")
+    return 0
 
 
 def _spawn(argv: list[str]) -> subprocess.Popen[bytes]:
@@ -39,11 +61,11 @@ def _spawn(argv: list[str]) -> subprocess.Popen[bytes]:
 
 def _stop(children: list[subprocess.Popen[bytes]]) -> None:
     for child in children:
+        # The leader only: qcluster's leader stops its sentinel and workers in order. A SIGTERM to
+        # the whole group kills the sentinel outright (SIG_DFL) while it may hold the shared stop
+        # event's lock, and the leader then hangs in stop() until the SIGKILL below.
         if child.poll() is None:
-            try:
-                os.killpg(child.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+            child.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + STOP_GRACE_SECONDS
     for child in children:
         try:
@@ -60,9 +82,11 @@ def _stop(children: list[subprocess.Popen[bytes]]) -> None:
             child.wait()
 
 
-def _wait_until_serving(url: str, daphne: subprocess.Popen[bytes], timeout: float = 30.0) -> bool:
+def _wait_until_serving(
+    url: str, daphne: subprocess.Popen[bytes], stopping: Callable[[], bool], timeout: float = 30.0
+) -> bool:
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and daphne.poll() is None:
+    while time.monotonic() < deadline and daphne.poll() is None and not stopping():
         try:
             with urllib.request.urlopen(url, timeout=1) as response:  # noqa: S310 - our own loopback URL
                 return response.status == 200
@@ -76,12 +100,13 @@ def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "skald.settings")
     host = os.environ.get("HOST", "127.0.0.1")
     port = os.environ.get("PORT", "8000")
-    _manage("check")  # a partial provider profile (skald.E001) refuses to boot here
-    _manage("migrate", "--noinput", "-v", "0")
-    _manage("seed_demo")
+    prepared = _prepare()
+    if prepared != 0:
+        print(f"Preparing the database failed (exit code {prepared}); not starting.", file=sys.stderr)
+        return prepared
 
     children: list[subprocess.Popen[bytes]] = []
-    stopping = False
+    stopping = crashed = False
 
     def on_signal(signum: int, frame: object) -> None:
         nonlocal stopping
@@ -95,20 +120,23 @@ def main() -> int:
         children.append(_spawn([sys.executable, str(BASE_DIR / "manage.py"), "qcluster"]))
         display_host = f"[{host}]" if ":" in host else host
         base = f"http://{display_host}:{port}"
-        if _wait_until_serving(f"{base}/healthz", daphne):
+        if _wait_until_serving(f"{base}/healthz", daphne, lambda: stopping):
             print(f"\nSkald is running.\n  admin:    {base}/admin/\n  API docs: {base}/api/docs/\n"
                   f"  console:  {base}/console/\n  ready:    {base}/readyz\nPress Ctrl-C to stop.\n", flush=True)
         while not stopping:
             for child in children:
                 if child.poll() is not None:
                     print(f"A child process exited with code {child.returncode}; stopping.", file=sys.stderr)
-                    stopping = True
+                    stopping = crashed = True
             time.sleep(0.2)
     finally:
         _stop(children)
     print("Skald stopped.", flush=True)
-    return 0
+    return 1 if crashed else 0
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--prepare"]:
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "skald.settings")
+        sys.exit(_prepare_in_process())
     sys.exit(main())

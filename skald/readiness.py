@@ -34,9 +34,13 @@ def _channel_layer() -> str:
 def _workers() -> tuple[str, int]:
     try:
         from django_q.brokers import get_broker
+        from django_q.conf import Conf
         from django_q.status import Stat
 
-        clusters = Stat.get_all(get_broker())
+        # A stopped cluster's last stat stays in the cache for a few seconds (and across a restart,
+        # in the file cache under var/): only a cluster that takes tasks counts.
+        serving = {str(Conf.IDLE), str(Conf.WORKING)}
+        clusters = [stat for stat in Stat.get_all(get_broker()) if str(stat.status) in serving]
     except Exception:  # noqa: BLE001
         return "unavailable", 0
     return ("ok" if clusters else "missing"), len(clusters)

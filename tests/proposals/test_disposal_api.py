@@ -223,3 +223,11 @@ def test_two_reviewers_racing_on_one_proposal_dispose_it_once(bob, pending):
     disposed = audit_payloads(AuditKind.PROPOSAL_ACCEPTED) + audit_payloads(AuditKind.PROPOSAL_REJECTED)
     assert len(disposed) == 1
     assert KnowledgeEntry.objects.count() == (1 if Proposal.objects.get().status == "accepted" else 0)
+
+
+def test_the_schema_names_the_disposal_error_codes(client):
+    schema = client.get("/api/schema/").content.decode()
+    start, end = (schema.index(f"/api/proposals/{{proposal_id}}/{verb}:") for verb in ("accept", "reject"))
+    accept = schema[start:end]
+    for code in ("invalid", "four_eyes_required", "proposal_not_found", "proposal_already_disposed"):
+        assert f"code: {code}" in accept

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from loop.events import EventKind
 from loop.models import Exchange, ExchangeStatus, Outcome, Session, SessionEvent, ToolCall, ToolCallStatus
@@ -133,6 +134,19 @@ def test_a_user_sees_only_their_own_sessions_and_an_operator_sees_all(alice, bob
     assert {s["id"] for s in api(alice).get("/api/sessions/").json()} == {mine["id"], bobs["id"]}
     assert api(alice).get(f"/api/sessions/{bobs['id']}/").json()["owner"] == bob.pk
     assert api(bob).get(f"/api/sessions/{bobs['id']}/").status_code == 200
+
+
+@pytest.mark.django_db
+def test_listing_sessions_costs_the_same_queries_for_one_or_many(alice, api):
+    client = api(alice)
+    create_session(client)
+    with CaptureQueriesContext(connection) as one:
+        assert len(client.get("/api/sessions/").json()) == 1
+    for _ in range(4):
+        create_session(client)
+    with CaptureQueriesContext(connection) as many:
+        assert len(client.get("/api/sessions/").json()) == 5
+    assert len(many) == len(one)
 
 
 @pytest.mark.django_db

@@ -1,0 +1,41 @@
+"""End-to-end fixtures: the real stack (daphne + a django-q2 qcluster started by
+``python -m skald.launcher``), one per module where possible, stopped with SIGTERM at the end.
+
+These tests never touch pytest-django's database: they talk HTTP and websockets only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.stack import Launch, Stack, launch
+
+
+@pytest.fixture(scope="module")
+def launch_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launch]:
+    """``launch_stack(extra_env={...}, var_dir=None, wait=True)`` → a running :class:`Stack`.
+
+    Every stack still running at the end of the module is stopped with SIGTERM; its stop asserts a
+    zero exit and that no daphne or qcluster process of its tree is left behind.
+    """
+    started: list[Stack] = []
+
+    def start(extra_env: Mapping[str, str] | None = None, *, var_dir: Path | None = None,
+              wait: bool = True) -> Stack:
+        stack = launch(var_dir or tmp_path_factory.mktemp("var"), extra_env, wait=wait)
+        started.append(stack)
+        return stack
+
+    yield start
+    failures = []
+    for stack in started:
+        if stack.stopped or stack.process.poll() is not None:
+            continue
+        try:
+            stack.stop()
+        except AssertionError as exc:
+            failures.append(str(exc))
+    assert not failures, "\n".join(failures)

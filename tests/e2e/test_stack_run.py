@@ -1,0 +1,95 @@
+"""`make run` acceptance against the real stack: daphne + a qcluster, SQLite under a temporary var/."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+import pytest
+
+from skald.demo import DEMO_CASE_TITLE
+from tests.e2e.stack import PASSWORD, Launch, Stack, paginator_count, wait_ready
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def stack(launch_stack: Launch) -> Stack:
+    return launch_stack()
+
+
+@contextmanager
+def admin_login(stack: Stack, username: str = "admin") -> Iterator[httpx.Client]:
+    """A browser-like admin login: the CSRF cookie and form token, then a real POST."""
+    with stack.http() as client:
+        yield _logged_in(client, username)
+
+
+def _logged_in(client: httpx.Client, username: str) -> httpx.Client:
+    page = client.get("/admin/login/")
+    assert page.status_code == 200
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+    assert token and client.cookies.get("csrftoken"), "the login form carries no CSRF token"
+    posted = client.post("/admin/login/?next=/admin/", data={
+        "csrfmiddlewaretoken": token.group(1), "username": username, "password": PASSWORD, "next": "/admin/",
+    })
+    assert posted.status_code == 302, posted.text[-500:]
+    assert posted.headers["location"] == "/admin/"
+    return client
+
+
+def test_it_prints_the_logins_and_serves_the_admin_to_the_printed_admin(stack: Stack) -> None:
+    log = stack.log()
+    assert f"admin      {PASSWORD}" in log
+    assert "Skald is running." in log
+    with admin_login(stack) as client:
+        index = client.get("/admin/")
+        assert index.status_code == 200
+        assert "Site administration" in index.text
+
+
+def test_it_turns_ready_once_the_qcluster_is_up(stack: Stack) -> None:
+    body = wait_ready(stack)
+    assert body["status"] == "ready"
+    assert body["workers"] == "ok" and body["clusters"] >= 1
+    assert body["database"] == "ok" and body["channel_layer"] == "ok"
+    assert body["gdl_provider"] == "disabled"
+
+
+def test_it_issues_a_jwt_and_refuses_an_anonymous_api_call_with_a_code(stack: Stack) -> None:
+    with stack.http() as anonymous:
+        issued = anonymous.post("/api/auth/token/", json={"username": "operator", "password": PASSWORD})
+        refused = anonymous.get("/api/sessions/")
+    assert issued.status_code == 200
+    token = issued.json()["access"]
+    assert token.count(".") == 2 and issued.json()["refresh"].count(".") == 2
+    assert refused.status_code == 401
+    assert refused.json()["code"] == "not_authenticated"
+    with stack.http(token) as operator:
+        assert operator.get("/api/sessions/").status_code == 200
+
+
+def test_sigterm_leaves_no_process_and_a_restart_reuses_the_data(stack: Stack, launch_stack: Launch) -> None:
+    api = stack.api("operator")
+    session = api.create_session()
+    token = stack.token("operator")
+    first_case = re.search(r"Demo case: #(\d+)", stack.log())
+    assert first_case
+
+    took = stack.stop()  # asserts exit 0 and no daphne / qcluster process left
+    assert took < 10, f"the launcher took {took:.1f} s to stop (a clean stop takes about 2 s)"
+
+    again = launch_stack(var_dir=stack.var_dir)
+    assert "users existed already" in again.log()
+    assert re.search(r"Demo case: #(\d+)", again.log()).group(1) == first_case.group(1)  # type: ignore[union-attr]
+    with again.http(token) as operator:  # the embedded secret key survived under var/ too
+        sessions = operator.get("/api/sessions/")
+    assert sessions.status_code == 200
+    assert [row["id"] for row in sessions.json()] == [session["id"]]
+    with admin_login(again) as admin:
+        assert paginator_count(admin.get("/admin/auth/user/").text) == 5
+        cases = admin.get("/admin/skald/case/").text
+        assert paginator_count(cases) == 1
+        assert DEMO_CASE_TITLE in cases
