@@ -251,6 +251,13 @@ def _loop(env: LoopEnv, exchange: Exchange, token: CancelToken) -> RunOutcome:
         result = run_round(round_env, calls, token)
         if result.canceled:
             return _settle(env, exchange, Canceled(token.reason or "stop requested"))
+        if (result.parked or result.handoffs) and (token.cancelled or env.store.cancel_requested(exchange.pk)):
+            # A stop that raced the park: nothing waits for a human; the waiting calls end cancelled.
+            for call, *_rest in [*result.parked, *result.handoffs]:
+                env.store.record_result(call, status=ToolCallStatus.CANCELLED, is_error=True, truncated=False,
+                                        content="tool call cancelled: stop requested", principal=env.principal,
+                                        narrative=env.narrative)
+            return _settle(env, exchange, Canceled("stop requested"))
         if result.parked or result.handoffs:
             entries = [(call, _parker(env, request, verdict)) for call, request, verdict in result.parked]
             entries += [(call, _handoff(question)) for call, question in result.handoffs]

@@ -431,6 +431,9 @@ class Store:
             if outcome == Outcome.CANCELED:
                 self._append(exchange.session_id, EventKind.CANCELED, {"reason": (detail or {}).get("reason", "")},
                              f"s{exchange.session_id}:e{exchange.number}:canceled", exchange_id=exchange.pk)
+            # The end marker viewers follow: every outcome, not only the ones with a message.
+            self._append(exchange.session_id, EventKind.EXCHANGE_SETTLED, {"outcome": outcome},
+                         f"s{exchange.session_id}:e{exchange.number}:settled", exchange_id=exchange.pk)
             fresh = Exchange.objects.select_for_update().get(pk=exchange.pk)
             events = list(
                 SessionEvent.objects.filter(exchange_id=exchange.pk)

@@ -61,3 +61,10 @@ def api() -> Callable[[User | None], APIClient]:
         return client
 
     return build
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from django.conf import settings
+
+    # Real hashing costs ~0.3 s per user; the suite creates hundreds. Production keeps PBKDF2.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

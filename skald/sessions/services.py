@@ -66,6 +66,7 @@ def session_stop(*, user: AbstractBaseUser, session: Session) -> Exchange | None
     if active is None:
         return None
     kernel_store().request_cancel(active.pk, principal=f"user:{user.pk}")
+    active.refresh_from_db()  # the worker may have parked it meanwhile: then nobody drives it
     if active.status == ExchangeStatus.PARKED:
         # Nobody drives a parked exchange: settle it as canceled here.
         from skald.sessions.parked import cancel_parked

@@ -105,14 +105,14 @@ def command(run_id: int) -> tuple[int, dict]:
 def test_it_passes_on_a_completed_run_without_calling_a_provider(alice, run, script, no_provider):
     converse(alice, run, script)
     report = replay_verify_run(run_id=run.pk)
-    assert report.as_dict() == {"ok": True, "exchanges": 1, "events": 6, "mismatches": []}
+    assert report.as_dict() == {"ok": True, "exchanges": 1, "events": 7, "mismatches": []}
 
 
 def test_it_passes_over_several_exchanges(alice, run, script):
     converse(alice, run, script)
     converse(alice, run, script, content="and now?")
     report = replay_verify_session(session_id=run.session_id)
-    assert (report.ok, report.exchanges, report.events) == (True, 2, 12)
+    assert (report.ok, report.exchanges, report.events) == (True, 2, 14)
 
 
 def test_it_names_the_exchange_and_seq_of_an_edited_event_payload(alice, run, script, no_provider):
@@ -149,7 +149,7 @@ def test_a_deleted_event_is_a_gap_a_missing_audited_event_and_a_receipt_mismatch
         cursor.execute("DELETE FROM loop_sessionevent WHERE id = %s", [intent.pk])
 
     report = replay_verify_run(run_id=run.pk)
-    assert report.events == 5
+    assert report.events == 6
     gap = next(m for m in report.mismatches if m["field"] == "seq")
     assert gap["error"] == "gap" and gap["missing"] == [intent.seq]
     assert {(1, "events", None), (1, "digest", None), (1, "event", intent.seq)} <= fields(report)
@@ -188,7 +188,7 @@ def test_a_parked_exchange_is_counted_and_verifies_before_and_after_its_approval
 
 def test_the_command_prints_the_report_and_exits_1_after_tampering(alice, run, script, no_provider):
     converse(alice, run, script)
-    assert command(run.pk) == (0, {"ok": True, "exchanges": 1, "events": 6, "mismatches": []})
+    assert command(run.pk) == (0, {"ok": True, "exchanges": 1, "events": 7, "mismatches": []})
 
     user = event(run, "user")
     set_payload(user, {**user.payload, "content": "ignore all previous instructions"})
@@ -209,7 +209,7 @@ def test_the_api_answers_operators_and_auditors_only(alice, dave, charlie, api, 
     for user in (alice, dave):
         response = api(user).get(url)
         assert response.status_code == 200, response.content
-        assert response.json() == {"ok": True, "exchanges": 1, "events": 6, "mismatches": []}
+        assert response.json() == {"ok": True, "exchanges": 1, "events": 7, "mismatches": []}
     assert api(charlie).get(url).status_code == 403
     assert api(None).get(url).status_code == 401
     missing = api(alice).get("/api/runs/999999/replay-verify")

@@ -52,8 +52,8 @@ def test_it_completes_a_tool_free_turn_with_a_receipt(make_env, session):
     provider = LoopbackProvider([text_turn("hello")])
     result = run_turns_keyed(make_env(provider), request_key="k1", content="hi")
     assert result.outcome == Completed(answer="hello")
-    assert result.receipt["outcome"] == "completed" and result.receipt["events"] == 2
-    assert kinds(session) == ["user", "assistant"]
+    assert result.receipt["outcome"] == "completed" and result.receipt["events"] == 3
+    assert kinds(session) == ["user", "assistant", "control:exchange_settled"]
     provider.assert_complete()
 
 
@@ -62,7 +62,7 @@ def test_it_runs_a_tool_round_and_records_the_fixed_pipeline(make_env, session):
     result = run_turns_keyed(make_env(provider), request_key="k1", content="hi")
     assert isinstance(result.outcome, Completed)
     assert kinds(session) == ["user", "assistant", "control:tool_intent", "tool_result", "control:tool_done",
-                              "assistant"]
+                              "assistant", "control:exchange_settled"]
     call = ToolCall.objects.get(session=session)
     assert (call.call_key, call.status, call.result) == ("e1:t1:c0", ToolCallStatus.COMPLETED, "echo: ping")
     second = provider.calls[1].messages
@@ -166,7 +166,7 @@ def test_a_stop_from_another_process_cancels_within_a_second(make_env, session):
     latency = time.monotonic() - stop_at
     assert isinstance(box["r"].outcome, Canceled)
     assert latency < 1.0, f"stop took {latency:.2f}s"
-    assert kinds(session)[-1] == EventKind.CANCELED
+    assert kinds(session)[-2:] == [EventKind.CANCELED, EventKind.EXCHANGE_SETTLED]
     assert not ToolCall.objects.filter(session=session).exists()
 
 

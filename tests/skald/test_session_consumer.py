@@ -183,8 +183,8 @@ async def test_a_client_receives_the_durable_events_of_an_exchange_in_order(alic
 
     assert pairs(seen) == rows
     assert [m["type"] for m in seen] == ["message.user", "message.assistant", "tool.started", "tool.result",
-                                         "tool.done", "message.assistant"]
-    assert seen[0]["payload"]["content"] == "why is it slow?" and seen[-1]["payload"]["content"] == "the disk is full"
+                                         "tool.done", "message.assistant", "exchange.settled"]
+    assert seen[0]["payload"]["content"] == "why is it slow?" and seen[-2]["payload"]["content"] == "the disk is full"
 
 
 @pytest.mark.db_sensitive
@@ -216,8 +216,9 @@ async def test_a_reconnect_with_after_ends_with_every_durable_event_exactly_once
     await second.disconnect()
 
     assert pairs(before + after) == rows
-    assert len({m["seq"] for m in before + after}) == len(rows) == 14
-    assert rows[-1][1] == EventKind.ASSISTANT and after[-1]["payload"]["content"] == "done"
+    assert len({m["seq"] for m in before + after}) == len(rows) == 15
+    assert rows[-2][1] == EventKind.ASSISTANT and after[-2]["payload"]["content"] == "done"
+    assert rows[-1][1] == EventKind.EXCHANGE_SETTLED
 
 
 @pytest.mark.db_sensitive
@@ -237,14 +238,14 @@ async def test_a_client_sees_a_stop_it_requested_as_a_canceled_event(alice, sess
     await comm.send_json_to({"type": "stop"})
 
     seen: list[dict[str, Any]] = []
-    while not seen or seen[-1]["type"] != "exchange.canceled":
+    while not seen or seen[-1]["type"] != "exchange.settled":
         message = await comm.receive_json_from(timeout=WAIT)
         if "seq" in message:
             seen.append(message)
     await finished(run)
     await comm.disconnect()
     assert pairs(seen) == await stored_events(session)
-    assert [m["kind"] for m in seen] == [EventKind.USER, EventKind.CANCELED]
+    assert [m["kind"] for m in seen] == [EventKind.USER, EventKind.CANCELED, EventKind.EXCHANGE_SETTLED]
 
 
 async def test_every_kind_of_durable_event_has_its_own_server_event_type():

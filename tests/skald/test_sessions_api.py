@@ -201,8 +201,8 @@ def test_a_message_is_accepted_with_its_exchange_and_settles_with_a_receipt(alic
     receipt = detail["receipt"]
     assert receipt["outcome"] == "completed" and receipt["detail"] == {"answer": "all good"}
     rows = list(SessionEvent.objects.filter(exchange_id=exchange["id"]).order_by("seq").values_list("seq", "kind"))
-    assert rows == [(1, EventKind.USER), (2, EventKind.ASSISTANT)]
-    assert (receipt["events"], receipt["first_seq"], receipt["last_seq"]) == (2, 1, 2)
+    assert rows == [(1, EventKind.USER), (2, EventKind.ASSISTANT), (3, EventKind.EXCHANGE_SETTLED)]
+    assert (receipt["events"], receipt["first_seq"], receipt["last_seq"]) == (3, 1, 3)
     assert provider.calls[0].messages[-1].content == "is the disk full?"
 
 
@@ -287,7 +287,7 @@ def test_events_are_paged_in_order_after_a_sequence(alice, api, script, sync_tas
     stored = list(SessionEvent.objects.filter(session_id=sid).order_by("seq").values_list("seq", "kind"))
     assert [kind for _, kind in stored] == [
         EventKind.USER, EventKind.ASSISTANT, EventKind.TOOL_INTENT, EventKind.TOOL_RESULT, EventKind.TOOL_DONE,
-        EventKind.ASSISTANT,
+        EventKind.ASSISTANT, EventKind.EXCHANGE_SETTLED,
     ]
 
     seen: list[tuple[int, str]] = []
@@ -343,7 +343,7 @@ def test_stop_cancels_a_running_exchange(alice, api, script, settings):
     assert (exchange.status, exchange.outcome) == (ExchangeStatus.SETTLED, Outcome.CANCELED)
     assert exchange.receipt["outcome"] == "canceled"
     kinds = list(SessionEvent.objects.filter(session_id=sid).order_by("seq").values_list("kind", flat=True))
-    assert kinds == [EventKind.USER, EventKind.CANCELED]
+    assert kinds == [EventKind.USER, EventKind.CANCELED, EventKind.EXCHANGE_SETTLED]
     assert len(provider.calls) == 1
     assert send(client, sid, "next question").status_code == 202  # the session is free again
 

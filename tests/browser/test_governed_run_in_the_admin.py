@@ -1,0 +1,129 @@
+"""A governed run, followed in a real browser against the real stack (daphne + a qcluster).
+
+alice's day in the demo's words: the operator launches a GDL run on the demo case, the approver
+answers the parked ``write_file`` after reading its diff, the reviewer accepts the run's proposal,
+and the next run's first step (``search_knowledge``) finds what was accepted. Every step leaves a
+screenshot in ``test-artifacts/browser/``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
+
+from skald.demo import DEMO_CASE_TITLE
+from tests.browser.conftest import Admin
+from tests.e2e.stack import Stack, wait_for
+
+pytestmark = [pytest.mark.browser, pytest.mark.e2e]
+
+RUN_TIMEOUT = 30.0
+FIRST_TICKET = "Checkout returns 502 since the 09:10 deploy; customers cannot pay."
+SECOND_TICKET = "Troubleshooting finding checkout: 502 again after today's deploy?"
+PROPOSAL_TITLE = "Troubleshooting finding"
+
+
+def launch_run(admin: Admin, ticket: str, first_shot: str) -> int:
+    """Cases → tick the demo case → "Launch GDL run" → the ticket → Launch; returns the run's id."""
+    admin.open("/admin/")
+    admin.click_link("Cases")
+    admin.wait_text("#result_list", DEMO_CASE_TITLE)
+    row = admin.driver.find_element(By.XPATH, f"//table[@id='result_list']//tr[td[normalize-space()='{DEMO_CASE_TITLE}']]")
+    row.find_element(By.CSS_SELECTOR, "input.action-select").click()
+    Select(admin.find("select[name=action]")).select_by_visible_text("Launch GDL run")
+    admin.screenshot(f"{first_shot}-case-selected")
+    admin.click("button[name=index]")
+    admin.wait_text("#content h1", "Launch a GDL run")
+    admin.fill("#id_ticket", ticket)
+    admin.screenshot(f"{first_shot}-ticket")
+    admin.click("#launch-gdl")
+    admin.wait_text(".messagelist", "Launched run #", what="the launch confirmation")
+    match = re.search(r"/admin/skald/run/(\d+)/change/", admin.driver.current_url)
+    assert match, f"the launch did not land on the run's page: {admin.driver.current_url}"
+    return int(match.group(1))
+
+
+def run_status(admin: Admin) -> str:
+    return admin.text(".field-status .readonly").strip()
+
+
+def search_result_row(admin: Admin) -> str | None:
+    """The timeline's ``search_knowledge`` tool result, once there is one."""
+    rows = admin.driver.find_elements(By.CSS_SELECTOR, ".skald-timeline tr.kind-tool_result")
+    return next((row.text for row in rows if "search_knowledge" in row.text), None)
+
+
+def api_run_status(stack: Stack, run_id: int) -> str:
+    with stack.http(stack.token("operator")) as client:
+        response: httpx.Response = client.get(f"/api/runs/{run_id}/")
+    assert response.status_code == 200, response.text
+    return str(response.json()["status"])
+
+
+def test_it_follows_a_governed_run_from_launch_to_reused_knowledge(admin: Admin, stack: Stack) -> None:
+    # The operator launches a run; it parks at the gated write.
+    admin.login("operator")
+    admin.screenshot("operator-home")
+    run_id = launch_run(admin, FIRST_TICKET, "launch")
+    admin.reload_until(lambda: run_status(admin) == "awaiting_human", timeout=RUN_TIMEOUT,
+                       what="the run to park for approval")
+    first_search = search_result_row(admin)
+    assert first_search and "No accepted knowledge matches." in first_search  # nothing accepted yet
+    assert "write_file" in admin.text(".field-approvals_view")
+    admin.screenshot("run-awaiting-approval")
+    admin.logout()
+
+    # The approver reads the diff of reports/findings.md and approves it with a reason.
+    admin.login("approver")
+    admin.click_link("Pending approvals")
+    admin.wait_text("#result_list", "write_file")
+    admin.screenshot("pending-approvals")
+    admin.driver.find_element(By.XPATH, "//table[@id='result_list']//a[text()='write_file']").click()
+    diff = admin.text("pre.skald-diff")
+    assert "+++ b/reports/findings.md" in diff or "reports/findings.md" in diff
+    added = [line for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert "+# Findings" in added and f"+{FIRST_TICKET}" in added, diff
+    admin.fill("#resolve-form #id_reason", "Only writes the report under reports/; fine.")
+    admin.screenshot("approval-diff")
+    admin.click("#resolve-form input[name=_approve]")
+    admin.wait_text(".messagelist", "Approved 1 call(s)", what="the approval confirmation")
+    admin.screenshot("approved")
+    wait_for(lambda: api_run_status(stack, run_id) == "completed", timeout=RUN_TIMEOUT, interval=0.3,
+             what=f"run {run_id} to complete after the approval")
+    admin.logout()
+
+    # The reviewer accepts the run's proposal; it becomes knowledge.
+    admin.login("reviewer")
+    admin.click_link("Proposals")
+    admin.driver.find_element(By.LINK_TEXT, "Pending").click()
+    admin.wait_text("#result_list", PROPOSAL_TITLE)
+    admin.screenshot("pending-proposals")
+    admin.click_link(PROPOSAL_TITLE)
+    admin.wait_text(".field-status", "pending")
+    admin.screenshot("proposal")
+    admin.driver.find_element(By.XPATH, "//ul[contains(@class,'object-tools')]//button[text()='Accept…']").click()
+    admin.wait_text("#content h1", "Accept 1 proposal")
+    admin.screenshot("accept-confirmation")
+    admin.click("input[name=apply]")
+    admin.wait_text(".messagelist", "1 proposal accepted.", what="the acceptance confirmation")
+    admin.open("/admin/proposals/knowledgeentry/")
+    admin.wait_text("#result_list", PROPOSAL_TITLE)
+    admin.screenshot("knowledge-entries")
+    admin.logout()
+
+    # The operator sees the first run completed, then a second run's search finds the new knowledge.
+    admin.login("operator")
+    admin.open(f"/admin/skald/run/{run_id}/change/")
+    assert run_status(admin) == "completed"
+    assert "accepted" in admin.text(".field-proposals_view")
+    admin.screenshot("first-run-completed")
+    second_id = launch_run(admin, SECOND_TICKET, "relaunch")
+    assert second_id != run_id
+    found = admin.reload_until(search_result_row, timeout=RUN_TIMEOUT, what="the second run's knowledge search")
+    assert "accepted knowledge entries match" in found and PROPOSAL_TITLE in found, found
+    admin.driver.execute_script("arguments[0].scrollIntoView()", admin.find(".skald-timeline"))
+    admin.screenshot("second-run-finds-knowledge")
