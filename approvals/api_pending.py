@@ -15,7 +15,7 @@ from approvals import selectors_pending
 from approvals.models import ApprovalStatus, PendingApproval
 from approvals.services import pending_approval_resolve
 from skald.api.errors_schema import error_responses
-from skald.api.permissions import roles
+from skald.api.permissions import caller, roles
 from skald.core.roles import Role
 
 RESOLVE_ERRORS = error_responses(
@@ -78,7 +78,7 @@ class ApprovalResolve(APIView):
     def post(self, request: Request, request_id: str) -> Response:
         body = ResolveSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        approval = pending_approval_resolve(resolver=request.user, request_id=request_id, **body.validated_data)
+        approval = pending_approval_resolve(resolver=caller(request), request_id=request_id, **body.validated_data)
         return _accepted([approval])
 
 
@@ -91,7 +91,7 @@ class ToolCallResolve(APIView):
     def post(self, request: Request, tool_call_id: int) -> Response:
         body = ResolveSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        approval = pending_approval_resolve(resolver=request.user, tool_call_id=tool_call_id, **body.validated_data)
+        approval = pending_approval_resolve(resolver=caller(request), tool_call_id=tool_call_id, **body.validated_data)
         return _accepted([approval])
 
 
@@ -110,6 +110,6 @@ class BatchResolve(APIView):
             from skald.core.errors import NotFound
 
             raise NotFound("No pending approvals in that batch.", code="approval_not_found")
-        resolved = [pending_approval_resolve(resolver=request.user, request_id=rid, **body.validated_data)
+        resolved = [pending_approval_resolve(resolver=caller(request), request_id=rid, **body.validated_data)
                     for rid in pending]
         return _accepted(resolved)

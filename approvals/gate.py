@@ -97,4 +97,5 @@ def rule_snapshot(rule: ApprovalRule | None) -> dict[str, Any]:
     if rule is None:
         return {}
     return {"id": rule.pk, "tool_pattern": rule.tool_pattern, "arg_matchers": rule.arg_matchers,
-            "action": rule.action, "priority": rule.priority, "group": rule.group.name if rule.group_id else None}
+            "action": rule.action, "priority": rule.priority,
+            "group": rule.group.name if rule.group is not None else None}

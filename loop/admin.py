@@ -21,10 +21,13 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
+EVENT_FIELDS = ("seq", "kind", "narrative", "payload", "created_at")
+
+
 class EventInline(admin.TabularInline):
     model = SessionEvent
-    fields = ["seq", "kind", "narrative", "payload", "created_at"]
-    readonly_fields = fields
+    fields = EVENT_FIELDS
+    readonly_fields = EVENT_FIELDS
     extra = 0
     can_delete = False
     ordering = ["seq"]

@@ -253,7 +253,8 @@ def _loop(env: LoopEnv, exchange: Exchange, token: CancelToken) -> RunOutcome:
             return _settle(env, exchange, Canceled(token.reason or "stop requested"))
         if (result.parked or result.handoffs) and (token.cancelled or env.store.cancel_requested(exchange.pk)):
             # A stop that raced the park: nothing waits for a human; the waiting calls end cancelled.
-            for call, *_rest in [*result.parked, *result.handoffs]:
+            waiting = [call for call, _, _ in result.parked] + [call for call, _ in result.handoffs]
+            for call in waiting:
                 env.store.record_result(call, status=ToolCallStatus.CANCELLED, is_error=True, truncated=False,
                                         content="tool call cancelled: stop requested", principal=env.principal,
                                         narrative=env.narrative)

@@ -87,11 +87,21 @@ class ToolContext:
 
 
 class Tool(Protocol):
-    name: str
-    description: str
-    parameters: Mapping[str, Any]
-    concurrency_safe: bool
-    restart_hint: str  # loop.tools.hints.RestartHint value
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def parameters(self) -> Mapping[str, Any]: ...
+
+    @property
+    def concurrency_safe(self) -> bool: ...
+
+    @property
+    def restart_hint(self) -> str:  # a loop.tools.hints.RestartHint value
+        ...
 
     def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str: ...
 

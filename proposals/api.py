@@ -18,7 +18,7 @@ from rest_framework.views import APIView
 from proposals import selectors, services
 from proposals.models import Proposal, ProposalStatus
 from skald.api.errors_schema import error_responses
-from skald.api.permissions import roles
+from skald.api.permissions import caller, roles
 from skald.core.roles import Role
 
 READERS = roles(Role.REVIEWER, Role.AUDITOR)
@@ -107,7 +107,7 @@ class ProposalAccept(APIView):
     def post(self, request: Request, proposal_id: int) -> Response:
         body = AcceptSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        services.proposal_accept(reviewer=request.user, proposal_id=proposal_id, **body.validated_data)
+        services.proposal_accept(reviewer=caller(request), proposal_id=proposal_id, **body.validated_data)
         return _detail(proposal_id)
 
 
@@ -118,5 +118,5 @@ class ProposalReject(APIView):
     def post(self, request: Request, proposal_id: int) -> Response:
         body = RejectSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        services.proposal_reject(reviewer=request.user, proposal_id=proposal_id, **body.validated_data)
+        services.proposal_reject(reviewer=caller(request), proposal_id=proposal_id, **body.validated_data)
         return _detail(proposal_id)

@@ -7,6 +7,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.loader import render_to_string
@@ -23,6 +24,12 @@ from skald.models import Case, Run
 from skald.workflow.views import MAX_TICKET_BYTES, parse_ticket
 
 TIMELINE_LIMIT = 300
+
+
+def _admin_user(request: HttpRequest) -> AbstractBaseUser:
+    user = request.user
+    assert isinstance(user, AbstractBaseUser), "the admin site admits authenticated staff only"
+    return user
 
 
 class LaunchForm(forms.Form):
@@ -46,7 +53,7 @@ def launch_gdl_run(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset:
     if form.is_valid():
         try:
             ticket = parse_ticket({"ticket": form.cleaned_data["ticket"]})
-            run, _ = run_services.run_launch(user=request.user, case_id=case.pk, ticket=ticket,
+            run, _ = run_services.run_launch(user=_admin_user(request), case_id=case.pk, ticket=ticket,
                                              launch_key=new_token())
         except SkaldError as exc:
             modeladmin.message_user(request, f"{exc.code}: {exc.message}", messages.ERROR)
@@ -69,15 +76,17 @@ def _summary(event: SessionEvent) -> str:
     return json.dumps(payload, ensure_ascii=False)[:600]
 
 
+RUN_FIELDS = ("case", "session", "ticket", "launched_by", "status", "outcome", "handoff_question", "closed_by_human",
+              "created_at", "finished_at", "receipt_view", "approvals_view", "proposals_view", "timeline")
+
+
 class RunAdmin(admin.ModelAdmin):
     list_display = ["id", "case", "status", "outcome", "launched_by", "created_at", "finished_at"]
     list_filter = ["status"]
     search_fields = ["ticket"]
     actions = ["stop_runs"]
-    fields = ["case", "session", "ticket", "launched_by", "status", "outcome", "handoff_question",
-              "closed_by_human", "created_at", "finished_at", "receipt_view", "approvals_view", "proposals_view",
-              "timeline"]
-    readonly_fields = fields
+    fields = RUN_FIELDS
+    readonly_fields = RUN_FIELDS
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -129,7 +138,7 @@ class RunAdmin(admin.ModelAdmin):
     @admin.action(description="Stop selected runs")
     def stop_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
         for run in queryset:
-            run_services.run_stop(user=request.user, run=run)
+            run_services.run_stop(user=_admin_user(request), run=run)
         self.message_user(request, f"Stop requested for {queryset.count()} run(s).", messages.SUCCESS)
 
     def replay_verify_view(self, request: HttpRequest, run_id: int) -> HttpResponse:

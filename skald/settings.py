@@ -99,7 +99,7 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": envstr("SKALD_SQLITE_PATH") or VAR_DIR / "skald.sqlite3",
+            "NAME": envstr("SKALD_SQLITE_PATH") or str(VAR_DIR / "skald.sqlite3"),
             "OPTIONS": {
                 # IMMEDIATE takes the write lock at BEGIN: a read-then-write transaction (the audit
                 # head, per-session sequences) can never fail half-way with "database is locked".

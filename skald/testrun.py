@@ -46,6 +46,8 @@ def main() -> int:
     if _run("import contracts", [str(BIN / "lint-imports"), "--no-cache"], _env()) != 0:
         failures.append("import contracts")
 
+    if _run("mypy", [str(BIN / "mypy"), "loop", "skald", "approvals", "proposals", "audit"], _env()) != 0:
+        failures.append("mypy")
     if _run("pytest on SQLite", [sys.executable, "-m", "pytest", *extra_args], _env()) != 0:
         failures.append("pytest on SQLite")
 

@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 
 from audit.actors import Actor
 from skald.api.errors_schema import error_responses
-from skald.api.permissions import roles
+from skald.api.permissions import caller, roles
 from skald.api.sessions import MAX_EVENTS_PAGE, EventSerializer, _int_param
 from skald.cases import runs as run_services
 from skald.cases import selectors
@@ -86,7 +86,7 @@ class CaseListCreate(APIView):
         body = CaseInput(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        case = case_create(actor=Actor.user(request.user), title=data["title"], description=data["description"],
+        case = case_create(actor=Actor.user(caller(request)), title=data["title"], description=data["description"],
                            logs=[(log["name"], log["content"]) for log in data["logs"]],
                            created_by_id=request.user.pk)
         return Response(CaseSerializer(selectors.case_get(case_id=case.pk)).data, status=status.HTTP_201_CREATED)
@@ -109,7 +109,7 @@ class CaseDetail(APIView):
         case = selectors.case_get(case_id=case_id)
         body = CaseUpdateInput(data=request.data, partial=True)
         body.is_valid(raise_exception=True)
-        case_update(actor=Actor.user(request.user), case=case, changes=dict(body.validated_data))
+        case_update(actor=Actor.user(caller(request)), case=case, changes=dict(body.validated_data))
         return Response(CaseSerializer(selectors.case_get(case_id=case_id)).data)
 
 
@@ -119,7 +119,7 @@ class RunList(APIView):
     @extend_schema(parameters=[OpenApiParameter("status", str), OpenApiParameter("case", int)],
                    responses={200: RunSerializer(many=True), **error_responses()})
     def get(self, request: Request) -> Response:
-        runs = selectors.runs_visible_to(request.user)
+        runs = selectors.runs_visible_to(caller(request))
         if request.query_params.get("status"):
             runs = runs.filter(status=request.query_params["status"])
         if request.query_params.get("case", "").isdigit():
@@ -132,7 +132,7 @@ class RunDetail(APIView):
 
     @extend_schema(responses={200: RunSerializer, **error_responses(_404="run_not_found")})
     def get(self, request: Request, run_id: int) -> Response:
-        return Response(RunSerializer(selectors.run_get(user=request.user, run_id=run_id)).data)
+        return Response(RunSerializer(selectors.run_get(user=caller(request), run_id=run_id)).data)
 
 
 class RunEvents(APIView):
@@ -141,7 +141,7 @@ class RunEvents(APIView):
     @extend_schema(parameters=[OpenApiParameter("after", int), OpenApiParameter("limit", int)],
                    responses={200: EventSerializer(many=True), **error_responses(_404="run_not_found")})
     def get(self, request: Request, run_id: int) -> Response:
-        run = selectors.run_get(user=request.user, run_id=run_id)
+        run = selectors.run_get(user=caller(request), run_id=run_id)
         after, limit = _int_param(request, "after", 0), _int_param(request, "limit", 100)
         events = run_services.run_events(run=run, after=after, limit=min(max(limit, 1), MAX_EVENTS_PAGE))
         body: dict[str, Any] = {"results": EventSerializer(events, many=True).data,
@@ -154,7 +154,7 @@ class RunStop(APIView):
 
     @extend_schema(request=None, responses={202: RunSerializer, **error_responses(_404="run_not_found")})
     def post(self, request: Request, run_id: int) -> Response:
-        run = selectors.run_get(user=request.user, run_id=run_id)
+        run = selectors.run_get(user=caller(request), run_id=run_id)
         with transaction.atomic():
-            run = run_services.run_stop(user=request.user, run=run)
+            run = run_services.run_stop(user=caller(request), run=run)
         return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
@@ -19,6 +20,13 @@ class RoleRequired(BasePermission):
     def has_permission(self, request: Request, view: Any) -> bool:
         user = request.user
         return bool(user and user.is_authenticated and has_role(user, *self.roles))
+
+
+def caller(request: Request) -> AbstractBaseUser:
+    """The authenticated user of a request that passed a role permission."""
+    user = request.user
+    assert isinstance(user, AbstractBaseUser), "role permissions admit authenticated users only"
+    return user
 
 
 def roles(*required: Role) -> type[RoleRequired]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
@@ -13,7 +12,7 @@ from rest_framework.views import APIView
 
 from loop.models import Exchange, Session, SessionEvent
 from skald.api.errors_schema import error_responses
-from skald.api.permissions import roles
+from skald.api.permissions import caller, roles
 from skald.core.errors import SkaldError
 from skald.sessions import selectors, services
 
@@ -55,7 +54,7 @@ class SessionListCreate(APIView):
 
     @extend_schema(responses={200: SessionSerializer(many=True), **error_responses()})
     def get(self, request: Request) -> Response:
-        sessions = selectors.sessions_visible_to(_caller(request))[:200]
+        sessions = selectors.sessions_visible_to(caller(request))[:200]
         return Response(SessionSerializer(sessions, many=True).data)
 
     @extend_schema(request=SessionCreateSerializer,
@@ -63,7 +62,7 @@ class SessionListCreate(APIView):
     def post(self, request: Request) -> Response:
         body = SessionCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        session = services.session_create(user=_caller(request), agent=body.validated_data.get("agent"),
+        session = services.session_create(user=caller(request), agent=body.validated_data.get("agent"),
                                           title=body.validated_data.get("title", ""))
         return Response(SessionSerializer(session).data, status=status.HTTP_201_CREATED)
 
@@ -73,7 +72,7 @@ class SessionDetail(APIView):
 
     @extend_schema(responses={200: SessionSerializer, **error_responses(_404="session_not_found")})
     def get(self, request: Request, session_id: int) -> Response:
-        return Response(SessionSerializer(selectors.session_get(user=_caller(request), session_id=session_id)).data)
+        return Response(SessionSerializer(selectors.session_get(user=caller(request), session_id=session_id)).data)
 
 
 class SessionMessages(APIView):
@@ -89,14 +88,14 @@ class SessionMessages(APIView):
             _404="session_not_found", _409=("session_busy", "session_awaiting_human"))},
     )
     def post(self, request: Request, session_id: int) -> Response:
-        session = selectors.session_get(user=_caller(request), session_id=session_id)
+        session = selectors.session_get(user=caller(request), session_id=session_id)
         body = MessageSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         key = request.headers.get("Idempotency-Key") or None
         if key is not None and not (1 <= len(key) <= 128):
             raise SkaldError("Idempotency-Key must be 1-128 characters", code="idempotency_key_invalid")
         exchange, _replayed = services.session_message_submit(
-            user=_caller(request), session=session, content=body.validated_data["content"], request_key=key
+            user=caller(request), session=session, content=body.validated_data["content"], request_key=key
         )
         exchange.refresh_from_db()
         return Response(ExchangeSerializer(exchange).data, status=status.HTTP_202_ACCEPTED)
@@ -108,7 +107,7 @@ class ExchangeDetail(APIView):
     @extend_schema(responses={200: ExchangeSerializer,
                               **error_responses(_404=("session_not_found", "exchange_not_found"))})
     def get(self, request: Request, session_id: int, exchange_id: int) -> Response:
-        session = selectors.session_get(user=_caller(request), session_id=session_id)
+        session = selectors.session_get(user=caller(request), session_id=session_id)
         return Response(ExchangeSerializer(selectors.exchange_get(session=session, exchange_id=exchange_id)).data)
 
 
@@ -121,7 +120,7 @@ class SessionEvents(APIView):
         responses={200: EventSerializer(many=True), **error_responses(_400="invalid", _404="session_not_found")},
     )
     def get(self, request: Request, session_id: int) -> Response:
-        session = selectors.session_get(user=_caller(request), session_id=session_id)
+        session = selectors.session_get(user=caller(request), session_id=session_id)
         after, limit = _int_param(request, "after", 0), _int_param(request, "limit", 100)
         events = selectors.events_after(session=session, after=after, limit=min(max(limit, 1), MAX_EVENTS_PAGE))
         data: dict[str, Any] = {
@@ -138,17 +137,12 @@ class SessionStop(APIView):
     @extend_schema(request=None, responses={202: ExchangeSerializer, 200: None,
                                             **error_responses(_404="session_not_found")})
     def post(self, request: Request, session_id: int) -> Response:
-        session = selectors.session_get(user=_caller(request), session_id=session_id)
-        exchange = services.session_stop(user=_caller(request), session=session)
+        session = selectors.session_get(user=caller(request), session_id=session_id)
+        exchange = services.session_stop(user=caller(request), session=session)
         if exchange is None:
             return Response({"stopped": None}, status=status.HTTP_200_OK)
         return Response(ExchangeSerializer(exchange).data, status=status.HTTP_202_ACCEPTED)
 
-
-def _caller(request: Request) -> AbstractBaseUser:
-    user = request.user
-    assert isinstance(user, AbstractBaseUser)  # the role permission admits authenticated users only
-    return user
 
 
 def _int_param(request: Request, name: str, default: int) -> int:

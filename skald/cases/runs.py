@@ -26,7 +26,7 @@ from skald.queue import enqueue_on_commit
 TROUBLESHOOTER = "troubleshooter"
 HANDOFF_TOOL = "ask_human"
 TERMINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELED)
-SETTLED_STATUS = {
+SETTLED_STATUS: dict[str, str] = {
     Outcome.COMPLETED: RunStatus.COMPLETED,
     Outcome.TURN_CAP_REACHED: RunStatus.COMPLETED,
     Outcome.BUDGET_EXCEEDED: RunStatus.COMPLETED,

@@ -49,7 +49,7 @@ def user_roles(user: AbstractBaseUser | AnonymousUser | None) -> frozenset[str]:
         known = {role.value for role in Role}
         names = user.groups.values_list("name", flat=True)  # type: ignore[attr-defined]
         cached = frozenset(name for name in names if name in known)
-        user._skald_roles = cached  # type: ignore[union-attr]
+        user._skald_roles = cached  # type: ignore[union-attr, attr-defined]
     return cached
 
 

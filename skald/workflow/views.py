@@ -22,7 +22,7 @@ from rest_framework.views import APIView
 from skald.api.cases import RunSerializer
 from skald.api.errors_schema import error_responses
 from skald.api.exceptions import error_body
-from skald.api.permissions import roles
+from skald.api.permissions import caller, roles
 from skald.cases import runs as run_services
 from skald.core.errors import SkaldError
 from skald.core.ids import new_token
@@ -90,7 +90,7 @@ class GdlLaunchAPI(APIView):
         key = request.headers.get("Idempotency-Key") or new_token()
         if len(key) > 100:
             raise SkaldError("Idempotency-Key must be at most 100 characters.", code="invalid")
-        run, created = run_services.run_launch(user=request.user, case_id=case_id, ticket=ticket, launch_key=key)
+        run, created = run_services.run_launch(user=caller(request), case_id=case_id, ticket=ticket, launch_key=key)
         response = Response({"run": run.pk})
         response.skald_run = (run.pk, created)  # type: ignore[attr-defined]
         return response
@@ -176,7 +176,7 @@ class HandoffDecision(APIView):
     def post(self, request: Request, run_id: int) -> Response:
         body = HandoffDecisionInput(data=request.data)
         body.is_valid(raise_exception=True)
-        run = run_services.run_handoff_decide(user=request.user, run_id=run_id, **body.validated_data)
+        run = run_services.run_handoff_decide(user=caller(request), run_id=run_id, **body.validated_data)
         return Response(RunSerializer(run).data, status=202)
 
 
@@ -188,5 +188,5 @@ class BackReferral(APIView):
     def post(self, request: Request, run_id: int) -> Response:
         body = BackReferralInput(data=request.data)
         body.is_valid(raise_exception=True)
-        run = run_services.run_back_refer(user=request.user, run_id=run_id, note=body.validated_data["note"])
+        run = run_services.run_back_refer(user=caller(request), run_id=run_id, note=body.validated_data["note"])
         return Response(RunSerializer(run).data, status=202)

@@ -16,6 +16,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
 from skald.demo import DEMO_CASE_TITLE
+from skald.models import RunStatus
 from tests.browser.conftest import Admin
 from tests.e2e.stack import Stack, wait_for
 
@@ -48,6 +49,7 @@ def launch_run(admin: Admin, ticket: str, first_shot: str) -> int:
 
 
 def run_status(admin: Admin) -> str:
+    """The run page's status, as its label ("Awaiting Human")."""
     return admin.text(".field-status .readonly").strip()
 
 
@@ -69,7 +71,7 @@ def test_it_follows_a_governed_run_from_launch_to_reused_knowledge(admin: Admin,
     admin.login("operator")
     admin.screenshot("operator-home")
     run_id = launch_run(admin, FIRST_TICKET, "launch")
-    admin.reload_until(lambda: run_status(admin) == "awaiting_human", timeout=RUN_TIMEOUT,
+    admin.reload_until(lambda: run_status(admin) == RunStatus.AWAITING_HUMAN.label, timeout=RUN_TIMEOUT,
                        what="the run to park for approval")
     first_search = search_result_row(admin)
     assert first_search and "No accepted knowledge matches." in first_search  # nothing accepted yet
@@ -92,7 +94,7 @@ def test_it_follows_a_governed_run_from_launch_to_reused_knowledge(admin: Admin,
     admin.click("#resolve-form input[name=_approve]")
     admin.wait_text(".messagelist", "Approved 1 call(s)", what="the approval confirmation")
     admin.screenshot("approved")
-    wait_for(lambda: api_run_status(stack, run_id) == "completed", timeout=RUN_TIMEOUT, interval=0.3,
+    wait_for(lambda: api_run_status(stack, run_id) == RunStatus.COMPLETED, timeout=RUN_TIMEOUT, interval=0.3,
              what=f"run {run_id} to complete after the approval")
     admin.logout()
 
@@ -118,7 +120,7 @@ def test_it_follows_a_governed_run_from_launch_to_reused_knowledge(admin: Admin,
     # The operator sees the first run completed, then a second run's search finds the new knowledge.
     admin.login("operator")
     admin.open(f"/admin/skald/run/{run_id}/change/")
-    assert run_status(admin) == "completed"
+    assert run_status(admin) == RunStatus.COMPLETED.label
     assert "accepted" in admin.text(".field-proposals_view")
     admin.screenshot("first-run-completed")
     second_id = launch_run(admin, SECOND_TICKET, "relaunch")

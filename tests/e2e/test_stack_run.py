@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from skald.demo import DEMO_CASE_TITLE
-from tests.e2e.stack import PASSWORD, Launch, Stack, paginator_count, wait_ready
+from tests.e2e.stack import PASSWORD, Launch, Stack, paginator_count, wait_for, wait_ready
 
 pytestmark = pytest.mark.e2e
 
@@ -41,9 +41,11 @@ def _logged_in(client: httpx.Client, username: str) -> httpx.Client:
 
 
 def test_it_prints_the_logins_and_serves_the_admin_to_the_printed_admin(stack: Stack) -> None:
-    log = stack.log()
+    # The launcher prints once its own /healthz probe answers, which may be just after ours.
+    log = wait_for(lambda: (text := stack.log()) if "Skald is running." in text else None, timeout=5,
+                   what="the launcher's banner")
     assert f"admin      {PASSWORD}" in log
-    assert "Skald is running." in log
+    assert f"admin:    {stack.base_url}/admin/" in log
     with admin_login(stack) as client:
         index = client.get("/admin/")
         assert index.status_code == 200
