@@ -20,6 +20,7 @@ from skald import provider_config
 from skald.loop_adapters.bus import ChannelsBus
 from skald.loop_adapters.catalog import AgentRowCatalog
 from skald.loop_adapters.discovery import KnownToolRecorder
+from skald.loop_adapters.hooks import audited_hooks
 from skald.loop_adapters.store import kernel_store
 from skald.tools.catalog import BUILTIN_TOOLS
 from skald.tools.workspace import workspace_for
@@ -94,5 +95,5 @@ def build_env(session: Session, *, exchange_id: int = 0, hooks: LoopHooks | None
     return LoopEnv(
         store=kernel_store(), provider=provider_for(agent), tools=BUILTIN_TOOLS.subset(agent.tools),
         gate=default_gate(), agent=agent, scope=scope, bus=ChannelsBus(), bounds=bounds,
-        hooks=hooks or LoopHooks.pass_through(), discovery=KnownToolRecorder(),
+        hooks=hooks or audited_hooks(), discovery=KnownToolRecorder(),
     )

@@ -13,6 +13,7 @@ import re
 import httpx
 import pytest
 from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import Select
 
 from skald.demo import DEMO_CASE_TITLE
@@ -33,8 +34,7 @@ def launch_run(admin: Admin, ticket: str, first_shot: str) -> int:
     admin.open("/admin/")
     admin.click_link("Cases")
     admin.wait_text("#result_list", DEMO_CASE_TITLE)
-    row = admin.driver.find_element(By.XPATH, f"//table[@id='result_list']//tr[td[normalize-space()='{DEMO_CASE_TITLE}']]")
-    row.find_element(By.CSS_SELECTOR, "input.action-select").click()
+    row_of(admin, DEMO_CASE_TITLE).find_element(By.CSS_SELECTOR, "input.action-select").click()
     Select(admin.find("select[name=action]")).select_by_visible_text("Launch GDL run")
     admin.screenshot(f"{first_shot}-case-selected")
     admin.click("button[name=index]")
@@ -46,6 +46,11 @@ def launch_run(admin: Admin, ticket: str, first_shot: str) -> int:
     match = re.search(r"/admin/skald/run/(\d+)/change/", admin.driver.current_url)
     assert match, f"the launch did not land on the run's page: {admin.driver.current_url}"
     return int(match.group(1))
+
+
+def row_of(admin: Admin, text: str) -> WebElement:
+    """The changelist row with a cell that reads ``text``."""
+    return admin.driver.find_element(By.XPATH, f"//table[@id='result_list']//tr[td[normalize-space()='{text}']]")
 
 
 def run_status(admin: Admin) -> str:
@@ -104,7 +109,7 @@ def test_it_follows_a_governed_run_from_launch_to_reused_knowledge(admin: Admin,
     admin.driver.find_element(By.LINK_TEXT, "Pending").click()
     admin.wait_text("#result_list", PROPOSAL_TITLE)
     admin.screenshot("pending-proposals")
-    admin.click_link(PROPOSAL_TITLE)
+    row_of(admin, PROPOSAL_TITLE).find_element(By.CSS_SELECTOR, "th a").click()  # the id links to the page
     admin.wait_text(".field-status", "pending")
     admin.screenshot("proposal")
     admin.driver.find_element(By.XPATH, "//ul[contains(@class,'object-tools')]//button[text()='Accept…']").click()
