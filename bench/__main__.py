@@ -90,6 +90,7 @@ def summary(results: dict[str, Result | str]) -> str:
     row(f"growth turn {TURNS} / turn 1", lambda r: f"{r.growth:.2f}x {mark(r.growth <= TARGET_GROWTH)}",
         f"<= {TARGET_GROWTH}x")
     row("events persisted per second", lambda r: f"{r.events_per_s:,.0f}")
+    row("session events per turn", lambda r: f"{r.events / r.turns:.1f}")
     row("audit rows per turn", lambda r: f"{r.audit_rows_per_turn:.1f}")
     row("queries per turn", lambda r: str(r.queries_per_turn))
     row("commit floor (probe x commits)",
@@ -106,8 +107,8 @@ def summary(results: dict[str, Result | str]) -> str:
     for name, value in results.items():
         if isinstance(value, str):
             lines.append(f"{name}: not measured ({value})")
-    lines.append("Overhead = wall time of run_turns_keyed minus the time inside the provider's stream; one turn = "
-                 "user message -> one echo call -> answer (2 provider calls, 6 session events, 6 audit rows).")
+    lines.append("Overhead = wall time of run_turns_keyed minus the time inside the provider's stream; "
+                 "one turn = user message -> one echo call -> answer (2 provider calls).")
     lines.append("PASS/FAIL is informative only. Wall-clock figures move with the machine's load (see above).")
     return "\n".join(lines)
 

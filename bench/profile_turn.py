@@ -3,8 +3,8 @@
 Two passes over ``--turns`` one-tool turns (200 by default) on one session each:
 
 1. seam timers: wall-clock timers wrapped around the kernel's seams for the run only, without a
-   profiler, so the milliseconds per turn are close to the real ones (the rows nest, they do not
-   add up);
+   profiler, so the milliseconds per turn are close to the real ones: inclusive times nest,
+   exclusive times (minus the seams nested inside) add up to the turn;
 2. cProfile: the top ``--top`` entries by ``--sort`` (cumulative by default). Profiling inflates
    Python-heavy code more than waiting, so read it for shape, and the timers for size.
 
@@ -152,8 +152,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--sort", choices=["cumulative", "tottime"], default="cumulative")
     args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="skald-profile-") as tmp:
+        profile(args, Path(tmp))
+    return 0
 
-    var_dir = Path(tempfile.mkdtemp(prefix="skald-profile-"))
+
+def profile(args: argparse.Namespace, var_dir: Path) -> None:
     os.environ.pop("DATABASE_URL", None)
     # DEBUG off as in production: with it on, Django would also record every query it runs.
     os.environ.update(SKALD_VAR_DIR=str(var_dir), SKALD_DEBUG="0", SKALD_LOG_LEVEL="WARNING")
@@ -165,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warm = build_env(create_session(user.pk, "warm-up"), provider, var_dir / "workspace")
     _turns(warm, provider, 1, WARMUP_TURNS)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"{args.turns} one-tool turns per pass on SQLite ({var_dir}); load average {load:.2f}\n")
+    print(f"{args.turns} one-tool turns per pass on a fresh SQLite file; load average {load:.2f}\n")
 
     timed_env = build_env(create_session(user.pk, "timed"), provider, var_dir / "workspace")
     with seam_timers() as totals:
@@ -191,7 +195,10 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"(divide the times below by {args.turns} for per turn)")
     stats = pstats.Stats(profiler, stream=sys.stdout)
     stats.strip_dirs().sort_stats(args.sort).print_stats(args.top)
-    return 0
+
+    from django.db import connections
+
+    connections.close_all()
 
 
 if __name__ == "__main__":

@@ -155,6 +155,7 @@ class Admin:
 
     def screenshot(self, step: str) -> Path:
         """A full-page PNG, numbered in the order taken: ``test-artifacts/browser/NN-step.png``."""
+        self.driver.execute_script("window.scrollTo(0, 0)")  # the sticky sidebar follows the scroll position
         metrics = self.driver.execute_cdp_cmd("Page.getLayoutMetrics", {})
         size = metrics["cssContentSize"]
         clip = {"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], MAX_SHOT_HEIGHT), "scale": 1}

@@ -1,9 +1,9 @@
-"""A governed run, followed in a real browser against the real stack (daphne + a qcluster).
+"""A governed run, followed in headless Chromium against the real stack (daphne + a qcluster).
 
-alice's day in the demo's words: the operator launches a GDL run on the demo case, the approver
-answers the parked ``write_file`` after reading its diff, the reviewer accepts the run's proposal,
-and the next run's first step (``search_knowledge``) finds what was accepted. Every step leaves a
-screenshot in ``test-artifacts/browser/``.
+With the demo's users: the operator launches a GDL run on the demo case, the approver answers the
+parked ``write_file`` after reading its diff, the reviewer accepts the run's proposal, and the next
+run's first step (``search_knowledge``) finds what was accepted. Every step leaves a screenshot in
+``test-artifacts/browser/``.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def test_it_follows_a_governed_run_from_launch_to_reused_knowledge(admin: Admin,
     admin.screenshot("pending-approvals")
     admin.driver.find_element(By.XPATH, "//table[@id='result_list']//a[text()='write_file']").click()
     diff = admin.text("pre.skald-diff")
-    assert "+++ b/reports/findings.md" in diff or "reports/findings.md" in diff
+    assert "+++ b/reports/findings.md" in diff, diff
     added = [line for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
     assert "+# Findings" in added and f"+{FIRST_TICKET}" in added, diff
     admin.fill("#resolve-form #id_reason", "Only writes the report under reports/; fine.")
@@ -106,7 +106,7 @@ def test_it_follows_a_governed_run_from_launch_to_reused_knowledge(admin: Admin,
     # The reviewer accepts the run's proposal; it becomes knowledge.
     admin.login("reviewer")
     admin.click_link("Proposals")
-    admin.driver.find_element(By.LINK_TEXT, "Pending").click()
+    admin.click_link("Pending")  # the status filter
     admin.wait_text("#result_list", PROPOSAL_TITLE)
     admin.screenshot("pending-proposals")
     row_of(admin, PROPOSAL_TITLE).find_element(By.CSS_SELECTOR, "th a").click()  # the id links to the page
@@ -117,7 +117,7 @@ def test_it_follows_a_governed_run_from_launch_to_reused_knowledge(admin: Admin,
     admin.screenshot("accept-confirmation")
     admin.click("input[name=apply]")
     admin.wait_text(".messagelist", "1 proposal accepted.", what="the acceptance confirmation")
-    admin.open("/admin/proposals/knowledgeentry/")
+    admin.click_link("Knowledge entries")
     admin.wait_text("#result_list", PROPOSAL_TITLE)
     admin.screenshot("knowledge-entries")
     admin.logout()
@@ -130,7 +130,7 @@ def test_it_follows_a_governed_run_from_launch_to_reused_knowledge(admin: Admin,
     admin.screenshot("first-run-completed")
     second_id = launch_run(admin, SECOND_TICKET, "relaunch")
     assert second_id != run_id
-    found = admin.reload_until(search_result_row, timeout=RUN_TIMEOUT, what="the second run's knowledge search")
+    found = admin.reload_until(lambda: search_result_row(admin), timeout=RUN_TIMEOUT,
+                               what="the second run's knowledge search")
     assert "accepted knowledge entries match" in found and PROPOSAL_TITLE in found, found
-    admin.driver.execute_script("arguments[0].scrollIntoView()", admin.find(".skald-timeline"))
     admin.screenshot("second-run-finds-knowledge")

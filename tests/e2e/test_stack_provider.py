@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
+from websockets.typing import Origin
 
 from skald.agents.seed import TROUBLESHOOTER_PROMPT, TROUBLESHOOTER_TOOLS
 from tests.e2e.stack import Api, Launch, Stack, processes, wait_for, wait_ready
@@ -288,12 +289,12 @@ def test_a_websocket_client_that_reconnects_with_after_gets_every_event_once_in_
     url = f"{stack.ws_url}/ws/sessions/{session['id']}/?token={token}&after="
 
     async def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
-        async with connect(url + "0", origin=stack.base_url) as ws:  # type: ignore[arg-type]
+        async with connect(url + "0", origin=Origin(stack.base_url)) as ws:
             posted = await asyncio.to_thread(operator.send, session["id"], "Find the cause.")
             before = await _receive(ws, 3)  # the user message, the first call, its intent
         # Disconnected mid-run: the worker goes on writing events nobody receives.
         await asyncio.to_thread(wait_for, lambda: len(server.requests) >= 3, timeout=20, what="turn 3")
-        async with connect(url + str(before[-1]["seq"]), origin=stack.base_url) as ws:  # type: ignore[arg-type]
+        async with connect(url + str(before[-1]["seq"]), origin=Origin(stack.base_url)) as ws:
             after = await _receive_until_settled(ws, operator, session["id"], posted["id"])
         return before, after, posted["id"]
 
@@ -311,7 +312,7 @@ def test_a_websocket_from_a_foreign_origin_is_refused(stack: Stack, operator: Ap
     url = f"{stack.ws_url}/ws/sessions/{session['id']}/?token={stack.token('operator')}"
 
     async def attempt() -> None:
-        async with connect(url, origin="http://evil.example"):  # type: ignore[arg-type]
+        async with connect(url, origin=Origin("http://evil.example")):
             pass
 
     with pytest.raises(InvalidStatus) as refused:
