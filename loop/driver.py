@@ -38,7 +38,7 @@ from loop.providers.base import LlmProvider, ProviderRequest
 from loop.steps import FinalStep, ParkStep, RunAgain, Step, classify_turn
 from loop.store import Store
 from loop.tools.execute import ToolOutcome
-from loop.tools.fanout import RoundEnv, run_round
+from loop.tools.fanout import RoundEnv, journal_upfront, run_round
 from loop.tools.registry import ToolRegistry
 
 logger = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ def _hook(env: LoopEnv, point: HookPoint, exchange_id: int | None, detail: Mappi
 
 
 def admit_exchange(
-    env: LoopEnv, *, request_key: str, content: str, author: str = ""
+    env: LoopEnv, *, request_key: str, content: str, author: str = "", claim_token: str = ""
 ) -> tuple[Exchange, bool]:
     """Idempotent admission (SPEC L4): ``loop.before_start`` policy, tripwires, then the stored row.
 
@@ -99,7 +99,7 @@ def admit_exchange(
         session_id=env.scope.session_id, request_key=request_key, content=content, principal=env.principal,
         config={"bounds": env.bounds.as_dict(), "agent": env.agent.name, "provider": env.provider.name,
                 "budget_tokens": env.bounds.budget_tokens},
-        author=author,
+        author=author, claim_token=claim_token,
     )
     return admission.exchange, admission.replayed
 
@@ -137,9 +137,9 @@ def drive_exchange(
     """Claim and drive an open exchange to a settled or parked outcome."""
     if exchange.status == ExchangeStatus.SETTLED:
         return ExchangeResult(exchange.pk, _outcome_from_row(exchange), exchange.receipt, replayed=True)
-    if not env.store.claim(exchange.pk, claim_token):
+    if exchange.claim_token != claim_token and not env.store.claim(exchange.pk, claim_token):
         raise HarnessError(f"exchange {exchange.pk} is not open or is claimed by another driver", code="claim_refused")
-    exchange.refresh_from_db()
+    exchange.claim_token = claim_token
     token = cancel or CancelToken()
     try:
         _hook(env, HookPoint.BEFORE_INPUT, exchange.pk, {"turns": exchange.turns})
@@ -153,7 +153,6 @@ def drive_exchange(
     except Exception as exc:
         env.store.mark_broken(exchange, code="internal_error", message=repr(exc), principal=env.principal)
         raise
-    exchange.refresh_from_db()
     return ExchangeResult(exchange.pk, outcome, exchange.receipt)
 
 
@@ -161,7 +160,8 @@ def run_turns_keyed(
     env: LoopEnv, *, request_key: str, content: str, cancel: CancelToken | None = None, claim_token: str = "inline"  # noqa: S107 - a claim label, not a secret
 ) -> ExchangeResult:
     """Admit (idempotently) and drive one exchange. An exact retry returns the stored receipt."""
-    exchange, replayed = admit_exchange(env, request_key=request_key, content=content)
+    # Driven in this process: the claim commits with the admission.
+    exchange, replayed = admit_exchange(env, request_key=request_key, content=content, claim_token=claim_token)
     if replayed:
         return ExchangeResult(exchange.pk, _outcome_from_row(exchange), exchange.receipt, replayed=True)
     return drive_exchange(env, exchange, claim_token=claim_token, cancel=cancel)
@@ -190,6 +190,11 @@ def _outcome_from_row(exchange: Exchange) -> RunOutcome:
 
 
 def _settle(env: LoopEnv, exchange: Exchange, outcome: RunOutcome) -> RunOutcome:
+    env.store.settle(exchange, outcome=outcome.name, principal=env.principal, detail=_detail(outcome))
+    return outcome
+
+
+def _detail(outcome: RunOutcome) -> dict[str, Any]:
     detail: dict[str, Any] = {}
     if isinstance(outcome, Completed):
         detail = {"answer": outcome.answer[:2000]}
@@ -199,8 +204,7 @@ def _settle(env: LoopEnv, exchange: Exchange, outcome: RunOutcome) -> RunOutcome
         detail = {"code": outcome.code, "message": outcome.message[:300]}
     elif isinstance(outcome, TurnCapReached):
         detail = {"turns": outcome.turns}
-    env.store.settle(exchange, outcome=outcome.name, principal=env.principal, detail=detail)
-    return outcome
+    return detail
 
 
 def _loop(env: LoopEnv, exchange: Exchange, token: CancelToken) -> RunOutcome:
@@ -237,8 +241,17 @@ def _loop(env: LoopEnv, exchange: Exchange, token: CancelToken) -> RunOutcome:
         except ProviderError as exc:
             _persist_ledger(exchange, authority)
             return _settle(env, exchange, ProviderFailed(code=exc.code, message=str(exc)))
+        if not assembled.tool_calls:  # the last turn: its message end and the settlement commit together
+            answer = Completed(answer=assembled.text)
+            env.store.finish_turn(exchange=exchange, frame=frame, turn=turn, assembled=assembled,
+                                  principal=env.principal, spent_tokens=authority.spent_tokens,
+                                  outcome=answer.name, detail=_detail(answer))
+            return answer
+        names = [c.name for c in assembled.tool_calls]
+        journal = journal_upfront(env.tools, names) if turn < env.bounds.max_turns else 0
         calls = env.store.record_message_end(exchange=exchange, frame=frame, turn=turn, assembled=assembled,
-                                             principal=env.principal, spent_tokens=authority.spent_tokens)
+                                             principal=env.principal, spent_tokens=authority.spent_tokens,
+                                             journal=journal)
         step: Step = classify_turn(assembled, calls, turn=turn, max_turns=env.bounds.max_turns)
         if isinstance(step, FinalStep):
             if step.cap_reached:

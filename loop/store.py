@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F
+from django.db.models import Q
 
+from loop import rows
 from loop.bounds import PAYLOAD_CAP_BYTES
 from loop.digest import arguments_hash, canonical, events_digest
 from loop.errors import HarnessError, PersistError
-from loop.events import EventKind
+from loop.events import CONVERSATION_KINDS, EventKind
 from loop.models import (
     Exchange,
     ExchangeStatus,
@@ -95,9 +96,9 @@ class Store:
         *,
         exchange_id: int | None = None,
         narrative: str = "",
-    ) -> SessionEvent:
-        """Append one row inside the caller's transaction. An exact repeat of ``key`` returns the
-        stored row; the same key with other content refuses."""
+    ) -> int:
+        """Append one row inside the caller's transaction and return its seq. An exact repeat of
+        ``key`` returns the stored row's seq; the same key with other content refuses."""
         assert connection.in_atomic_block, "narrative rows are appended inside a transaction"
         body = canonical(payload)
         if len(body.encode("utf-8")) > self.payload_cap:
@@ -105,33 +106,24 @@ class Store:
                 f"{kind} payload is {len(body.encode())} bytes, over the {self.payload_cap}-byte cap",
                 code="payload_too_large",
             )
-        existing = SessionEvent.objects.filter(idempotency_key=key).first()
-        if existing is not None:
-            if existing.kind != kind or canonical(existing.payload) != body:
-                raise PersistError(f"idempotency key {key} reused with other content", code="idempotency_conflict")
-            return existing
-        seq = self._next_seq(session_id)
-        return SessionEvent.objects.create(
-            session_id=session_id, seq=seq, exchange_id=exchange_id, kind=kind, narrative=narrative,
-            payload=dict(payload), idempotency_key=key, created_at=self.clock.now(),
-        )
-
-    def _next_seq(self, session_id: int) -> int:
         with connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE loop_session SET last_seq = last_seq + 1 WHERE id = %s RETURNING last_seq", [session_id]
-            )
-            row = cursor.fetchone()
-        if row is None:
-            raise PersistError(f"session {session_id} does not exist", code="session_missing")
-        return int(row[0])
+            existing = rows.find_event(cursor, key)
+            if existing is not None:
+                if existing[1] != kind or canonical(existing[2]) != body:
+                    raise PersistError(f"idempotency key {key} reused with other content",
+                                       code="idempotency_conflict")
+                return existing[0]
+            seq = rows.next_seq(cursor, session_id)
+            if seq is None:
+                raise PersistError(f"session {session_id} does not exist", code="session_missing")
+            rows.insert_event(cursor, session_id=session_id, seq=seq, exchange_id=exchange_id, kind=kind,
+                              narrative=narrative, body=body, key=key, created_at=self.clock.now())
+        return seq
 
-    def _wake(self, session_id: int) -> None:
-        def notify() -> None:
-            last = Session.objects.filter(pk=session_id).values_list("last_seq", flat=True).first() or 0
-            self.bus.committed(session_id, last)
-
-        transaction.on_commit(notify)
+    def _wake(self, session_id: int, last_seq: int) -> None:
+        """Wake the session's viewers once the transaction commits (never before: a viewer must
+        find the rows it is woken for)."""
+        transaction.on_commit(lambda: self.bus.committed(session_id, last_seq))
 
     def append_event(
         self,
@@ -146,32 +138,27 @@ class Store:
     ) -> SessionEvent:
         """Append a row on its own (notes, approval events from the product), audited."""
         with transaction.atomic():
-            event = self._append(session_id, kind, payload, key, exchange_id=exchange_id, narrative=narrative)
+            seq = self._append(session_id, kind, payload, key, exchange_id=exchange_id, narrative=narrative)
             self.audit.append(
                 "loop.event.appended", principal=principal, subject_type="session", subject_id=str(session_id),
-                payload={"seq": event.seq, "kind": kind, "digest": events_digest([(event.seq, kind, payload)])},
+                payload={"seq": seq, "kind": kind, "digest": events_digest([(seq, kind, payload)])},
             )
-            self._wake(session_id)
-        return event
+            self._wake(session_id, seq)
+        return SessionEvent.objects.get(session_id=session_id, seq=seq)
 
     def replay(
         self, session_id: int, *, narrative: str = "", cap: int, after_seq: int = 0
     ) -> tuple[list[EventRow], bool]:
         """The last ``cap`` conversation rows of a narrative (after ``after_seq``), oldest first, and
         whether older rows were cut off."""
-        from loop.events import CONVERSATION_KINDS
-
-        query = (
-            SessionEvent.objects.filter(session_id=session_id, narrative=narrative, seq__gt=after_seq,
-                                        kind__in=list(CONVERSATION_KINDS))
-            .order_by("-seq")
-            .values_list("seq", "kind", "payload", "exchange__number")[: cap + 1]
-        )
-        fetched = list(query)
+        with connection.cursor() as cursor:
+            fetched = rows.conversation_rows(cursor, session_id=session_id, narrative=narrative,
+                                             kinds=CONVERSATION_KINDS, after_seq=after_seq, limit=cap + 1)
         capped = len(fetched) > cap
-        rows = [EventRow(seq=s, kind=k, payload=p, exchange=n, narrative=narrative) for s, k, p, n in fetched[:cap]]
-        rows.reverse()
-        return rows, capped
+        window = [EventRow(seq=seq, kind=kind, payload=payload, narrative=narrative)
+                  for seq, kind, payload in fetched[:cap]]
+        window.reverse()
+        return window, capped
 
     def events_after(self, session_id: int, after: int, limit: int) -> list[SessionEvent]:
         return list(SessionEvent.objects.filter(session_id=session_id, seq__gt=after).order_by("seq")[:limit])
@@ -187,40 +174,44 @@ class Store:
         principal: str,
         config: Mapping[str, Any],
         author: str = "",
+        claim_token: str = "",
     ) -> Admission:
         """Admit a request idempotently (SPEC L4): an exact retry returns the stored exchange and
-        writes nothing; another active exchange on the session refuses."""
-        existing = Exchange.objects.filter(session_id=session_id, request_key=request_key).first()
-        if existing is not None:
-            return Admission(existing, replayed=True)
+        writes nothing; another active exchange on the session refuses. With ``claim_token`` the
+        new exchange is claimed in the same transaction (an in-process driver)."""
         try:
             with transaction.atomic():
-                session = Session.objects.select_for_update().get(pk=session_id)
-                active = Exchange.objects.filter(session_id=session_id, status__in=ACTIVE_STATUSES).first()
-                if active is not None:
-                    code = "session_awaiting_human" if active.status == ExchangeStatus.PARKED else "session_busy"
-                    raise HarnessError(f"exchange e{active.number} of this session is still {active.status}", code=code)
+                session = Session.objects.select_for_update().only("agent", "exchange_count").get(pk=session_id)
+                clash = (Exchange.objects.filter(session_id=session_id)
+                         .filter(Q(request_key=request_key) | Q(status__in=ACTIVE_STATUSES))
+                         .order_by("-number").first())
+                if clash is not None and clash.request_key == request_key:
+                    return Admission(clash, replayed=True)
+                if clash is not None:
+                    code = "session_awaiting_human" if clash.status == ExchangeStatus.PARKED else "session_busy"
+                    raise HarnessError(f"exchange e{clash.number} of this session is still {clash.status}", code=code)
                 number = session.exchange_count + 1
                 Session.objects.filter(pk=session_id).update(exchange_count=number)
                 now = self.clock.now()
                 exchange = Exchange.objects.create(
                     session_id=session_id, number=number, request_key=request_key, input=content,
                     status=ExchangeStatus.OPEN, config=dict(config), created_at=now,
-                    budget_tokens=config.get("budget_tokens"),
+                    budget_tokens=config.get("budget_tokens"), claim_token=claim_token,
+                    claimed_at=now if claim_token else None,
                 )
-                Frame.objects.create(session_id=session_id, exchange=exchange, depth=0, agent=session.agent,
-                                     created_at=now)
-                event = self._append(
-                    session_id, EventKind.USER, {"content": content, "author": author},
-                    f"s{session_id}:e{number}:user", exchange_id=exchange.pk,
+                exchange.root = Frame.objects.create(  # type: ignore[attr-defined]
+                    session_id=session_id, exchange=exchange, depth=0, agent=session.agent, created_at=now
                 )
+                payload = {"content": content, "author": author}
+                seq = self._append(session_id, EventKind.USER, payload, f"s{session_id}:e{number}:user",
+                                   exchange_id=exchange.pk)
                 self.audit.append(
                     "loop.exchange.admitted", principal=principal, subject_type="exchange",
                     subject_id=str(exchange.pk),
                     payload={"session": session_id, "number": number, "request_key": request_key,
-                             "seq": event.seq, "digest": events_digest([(event.seq, event.kind, event.payload)])},
+                             "seq": seq, "digest": events_digest([(seq, EventKind.USER, payload)])},
                 )
-                self._wake(session_id)
+                self._wake(session_id, seq)
         except IntegrityError:
             # A concurrent admission with the same key won the race: this is an exact retry.
             existing = Exchange.objects.filter(session_id=session_id, request_key=request_key).first()
@@ -230,11 +221,12 @@ class Store:
         return Admission(exchange, replayed=False)
 
     def claim(self, exchange_id: int, token: str) -> bool:
-        """Claim an open exchange for one driver; a second driver gets False (no double driving)."""
+        """Claim an open exchange for one driver; a second driver gets False (no double driving).
+        The driver that claimed it at admission keeps it."""
         with transaction.atomic():
-            claimed = Exchange.objects.filter(pk=exchange_id, status=ExchangeStatus.OPEN, claim_token="").update(
-                claim_token=token, claimed_at=self.clock.now()
-            )
+            claimed = Exchange.objects.filter(pk=exchange_id, status=ExchangeStatus.OPEN).filter(
+                Q(claim_token="") | Q(claim_token=token)
+            ).update(claim_token=token, claimed_at=self.clock.now())
         return claimed == 1
 
     def release(self, exchange_id: int, token: str) -> None:
@@ -254,7 +246,8 @@ class Store:
         return changed == 1
 
     def root_frame(self, exchange: Exchange) -> Frame:
-        return Frame.objects.get(exchange=exchange, depth=0)
+        frame = getattr(exchange, "root", None)
+        return frame if frame is not None else Frame.objects.get(exchange=exchange, depth=0)
 
     def request_cancel(self, exchange_id: int, *, principal: str) -> bool:
         """Record a stop request (sticky); the driving worker sees it within its poll interval."""
@@ -283,8 +276,22 @@ class Store:
         assembled: AssembledTurn,
         principal: str,
         spent_tokens: int,
+        journal: int = 0,
     ) -> list[tuple[ToolCall, ParsedCall]]:
-        """Persist the assistant turn and its planned calls (message end, SPEC L1)."""
+        """Persist the assistant turn and its planned calls (message end, SPEC L1).
+
+        ``journal`` calls (the first ones of the round) also get their ``control:tool_intent`` in
+        this transaction: nothing happens between the message end and their intent but the gate.
+        """
+        with transaction.atomic():
+            calls = self._message_end(exchange, frame, turn, assembled, principal, spent_tokens)
+            for call, _parsed in calls[:journal]:
+                self._intent(call, principal=principal, narrative=frame.narrative)
+        return calls
+
+    def _message_end(
+        self, exchange: Exchange, frame: Frame, turn: int, assembled: AssembledTurn, principal: str, spent: int
+    ) -> list[tuple[ToolCall, ParsedCall]]:
         number = exchange.number
         parsed = [
             ParsedCall(
@@ -304,50 +311,66 @@ class Store:
             "output_tokens": assembled.output_tokens,
         }
         now = self.clock.now()
+        seq = self._append(
+            exchange.session_id, EventKind.ASSISTANT, payload,
+            f"s{exchange.session_id}:{frame.narrative}e{number}:t{turn}:assistant",
+            exchange_id=exchange.pk, narrative=frame.narrative,
+        )
+        calls: list[tuple[ToolCall, ParsedCall]] = []
+        with connection.cursor() as cursor:
+            for index, c in enumerate(parsed):
+                arguments = c.arguments if c.arguments is not None else {}
+                digest = arguments_hash(c.arguments if c.arguments is not None else c.raw_arguments)
+                values = [exchange.session_id, exchange.pk, frame.pk, turn, index, c.key, c.provider_id[:128],
+                          c.name[:128], canonical(arguments), digest, ToolCallStatus.PLANNED, now]
+                call = ToolCall(
+                    id=rows.insert_tool_call(cursor, values), session_id=exchange.session_id,
+                    exchange_id=exchange.pk, frame_id=frame.pk, turn=turn, index=index, call_key=c.key,
+                    provider_call_id=c.provider_id[:128], tool=c.name[:128], arguments=arguments,
+                    arguments_hash=digest, status=ToolCallStatus.PLANNED, created_at=now, updated_at=now,
+                )
+                call._state.adding = False
+                calls.append((call, c))
+            rows.count_turn(cursor, exchange.pk, input_tokens=assembled.input_tokens or 0,
+                            output_tokens=assembled.output_tokens or 0, spent=spent,
+                            incomplete=not assembled.has_usage)
+        self.audit.append(
+            "loop.turn.ended", principal=principal, subject_type="exchange", subject_id=str(exchange.pk),
+            payload={"turn": turn, "seq": seq, "calls": [c.key for c in parsed],
+                     "digest": events_digest([(seq, EventKind.ASSISTANT, payload)])},
+        )
+        self._wake(exchange.session_id, seq)
+        return calls
+
+    def finish_turn(
+        self,
+        *,
+        exchange: Exchange,
+        frame: Frame,
+        turn: int,
+        assembled: AssembledTurn,
+        principal: str,
+        spent_tokens: int,
+        outcome: str,
+        detail: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """A tool-free last turn: its message end and the settlement commit together."""
         with transaction.atomic():
-            event = self._append(
-                exchange.session_id, EventKind.ASSISTANT, payload,
-                f"s{exchange.session_id}:{frame.narrative}e{number}:t{turn}:assistant",
-                exchange_id=exchange.pk, narrative=frame.narrative,
-            )
-            calls = ToolCall.objects.bulk_create(
-                [
-                    ToolCall(
-                        session_id=exchange.session_id, exchange=exchange, frame=frame, turn=turn, index=index,
-                        call_key=c.key, provider_call_id=c.provider_id[:128], tool=c.name[:128],
-                        arguments=c.arguments if c.arguments is not None else {},
-                        arguments_hash=arguments_hash(c.arguments if c.arguments is not None else c.raw_arguments),
-                        status=ToolCallStatus.PLANNED, created_at=now, updated_at=now,
-                    )
-                    for index, c in enumerate(parsed)
-                ]
-            )
-            if connection.vendor == "sqlite" and calls and calls[0].pk is None:  # pragma: no cover - old SQLite
-                calls = list(ToolCall.objects.filter(frame=frame, turn=turn).order_by("index"))
-            Exchange.objects.filter(pk=exchange.pk).update(
-                turns=F("turns") + 1,
-                input_tokens=F("input_tokens") + (assembled.input_tokens or 0),
-                output_tokens=F("output_tokens") + (assembled.output_tokens or 0),
-                reserved_tokens=spent_tokens,
-                accounting_incomplete=not assembled.has_usage,
-            )
-            self.audit.append(
-                "loop.turn.ended", principal=principal, subject_type="exchange", subject_id=str(exchange.pk),
-                payload={"turn": turn, "seq": event.seq, "calls": [c.key for c in parsed],
-                         "digest": events_digest([(event.seq, event.kind, payload)])},
-            )
-            self._wake(exchange.session_id)
-        return list(zip(calls, parsed, strict=True))
+            self._message_end(exchange, frame, turn, assembled, principal, spent_tokens)
+            return self.settle(exchange, outcome=outcome, principal=principal, detail=detail)
 
     def record_intent(self, call: ToolCall, *, principal: str, narrative: str = "") -> None:
         """Journal ``control:tool_intent`` and mark the call running, before it executes (SPEC L9)."""
-        payload = {"key": call.call_key, "name": call.tool, "arguments_hash": call.arguments_hash}
         with transaction.atomic():
-            event = self._append(call.session_id, EventKind.TOOL_INTENT, payload,
-                                 f"s{call.session_id}:{narrative}{call.call_key}:intent",
-                                 exchange_id=call.exchange_id, narrative=narrative)
-            self._transition(call, ToolCallStatus.RUNNING, principal=principal, extra={"seq": event.seq})
-            self._wake(call.session_id)
+            self._intent(call, principal=principal, narrative=narrative)
+
+    def _intent(self, call: ToolCall, *, principal: str, narrative: str) -> None:
+        payload = {"key": call.call_key, "name": call.tool, "arguments_hash": call.arguments_hash}
+        seq = self._append(call.session_id, EventKind.TOOL_INTENT, payload,
+                           f"s{call.session_id}:{narrative}{call.call_key}:intent",
+                           exchange_id=call.exchange_id, narrative=narrative)
+        self._transition(call, ToolCallStatus.RUNNING, principal=principal, extra={"seq": seq})
+        self._wake(call.session_id, seq)
 
     def record_result(
         self,
@@ -367,20 +390,22 @@ class Store:
             first = self._append(call.session_id, EventKind.TOOL_RESULT, result,
                                  f"s{call.session_id}:{narrative}{call.call_key}:result",
                                  exchange_id=call.exchange_id, narrative=narrative)
-            self._append(call.session_id, EventKind.TOOL_DONE, {"key": call.call_key, "status": status},
-                         f"s{call.session_id}:{narrative}{call.call_key}:done",
-                         exchange_id=call.exchange_id, narrative=narrative)
+            done = self._append(call.session_id, EventKind.TOOL_DONE, {"key": call.call_key, "status": status},
+                                f"s{call.session_id}:{narrative}{call.call_key}:done",
+                                exchange_id=call.exchange_id, narrative=narrative)
             call.result = content
             call.is_error = is_error
             self._transition(call, status, principal=principal,
-                             extra={"seq": first.seq, "digest": events_digest([(first.seq, first.kind, result)])})
-            self._wake(call.session_id)
+                             extra={"seq": first, "digest": events_digest([(first, EventKind.TOOL_RESULT, result)])})
+            self._wake(call.session_id, done)
 
     def _transition(self, call: ToolCall, status: str, *, principal: str, extra: Mapping[str, Any]) -> None:
         previous = call.status
         call.status = status
         call.updated_at = self.clock.now()
-        call.save(update_fields=["status", "result", "is_error", "updated_at"])
+        with connection.cursor() as cursor:
+            rows.set_call_state(cursor, call.pk, status=status, result=call.result, is_error=call.is_error,
+                                now=call.updated_at)
         self.audit.append(
             "loop.tool_call.transition", principal=principal, subject_type="tool_call", subject_id=str(call.pk),
             payload={"key": call.call_key, "tool": call.tool, "from": previous, "to": status,
@@ -412,7 +437,7 @@ class Store:
             Exchange.objects.filter(pk=exchange.pk).update(
                 status=ExchangeStatus.PARKED, outcome=Outcome.AWAITING_HUMAN, claim_token=""
             )
-            self._append(
+            seq = self._append(
                 exchange.session_id, EventKind.EXCHANGE_PARKED, {"calls": keys, "question": question},
                 f"s{exchange.session_id}:e{exchange.number}:parked:{len(keys)}:{self.clock.now().timestamp()}",
                 exchange_id=exchange.pk,
@@ -421,41 +446,47 @@ class Store:
                 "loop.exchange.parked", principal=principal, subject_type="exchange", subject_id=str(exchange.pk),
                 payload={"calls": keys, "question": question[:500]},
             )
-            self._wake(exchange.session_id)
+            self._wake(exchange.session_id, seq)
+        exchange.status, exchange.outcome, exchange.claim_token = ExchangeStatus.PARKED, Outcome.AWAITING_HUMAN, ""
 
     def settle(
         self, exchange: Exchange, *, outcome: str, principal: str, detail: Mapping[str, Any] | None = None
     ) -> dict[str, Any]:
-        """Settle a terminal outcome (RunEnd): the receipt certifies every write of the exchange."""
+        """Settle a terminal outcome (RunEnd): the receipt certifies every write of the exchange.
+
+        Updates ``exchange`` in place (status, outcome, receipt, counters).
+        """
         with transaction.atomic():
             if outcome == Outcome.CANCELED:
                 self._append(exchange.session_id, EventKind.CANCELED, {"reason": (detail or {}).get("reason", "")},
                              f"s{exchange.session_id}:e{exchange.number}:canceled", exchange_id=exchange.pk)
             # The end marker viewers follow: every outcome, not only the ones with a message.
-            self._append(exchange.session_id, EventKind.EXCHANGE_SETTLED, {"outcome": outcome},
-                         f"s{exchange.session_id}:e{exchange.number}:settled", exchange_id=exchange.pk)
-            fresh = Exchange.objects.select_for_update().get(pk=exchange.pk)
-            events = list(
-                SessionEvent.objects.filter(exchange_id=exchange.pk)
-                .order_by("seq")
-                .values_list("seq", "kind", "payload")
-            )
-            receipt = build_receipt(fresh, outcome=outcome, events=events, detail=detail or {})
-            fresh.status = ExchangeStatus.SETTLED
-            fresh.outcome = outcome
-            fresh.receipt = receipt
-            fresh.claim_token = ""
-            fresh.settled_at = self.clock.now()
-            fresh.save(update_fields=["status", "outcome", "receipt", "claim_token", "settled_at"])
-            Frame.objects.filter(exchange=exchange, status=FrameStatus.OPEN).update(
-                status=FrameStatus.CLOSED, outcome=outcome, closed_at=fresh.settled_at
-            )
+            last = self._append(exchange.session_id, EventKind.EXCHANGE_SETTLED, {"outcome": outcome},
+                                f"s{exchange.session_id}:e{exchange.number}:settled", exchange_id=exchange.pk)
+            now = self.clock.now()
+            with connection.cursor() as cursor:
+                lock = " FOR UPDATE" if connection.vendor == "postgresql" else ""
+                cursor.execute(f"SELECT turns, input_tokens, output_tokens FROM loop_exchange WHERE id = %s{lock}",
+                               [exchange.pk])
+                exchange.turns, exchange.input_tokens, exchange.output_tokens = cursor.fetchone()
+                events = rows.exchange_events(cursor, exchange.pk)
+                receipt = build_receipt(exchange, outcome=outcome, events=events, detail=detail or {})
+                cursor.execute(
+                    "UPDATE loop_exchange SET status = %s, outcome = %s, receipt = " + rows.json_param()
+                    + ", claim_token = '', settled_at = %s WHERE id = %s",
+                    [ExchangeStatus.SETTLED, outcome, canonical(receipt), rows.when(now), exchange.pk],
+                )
+                cursor.execute(
+                    "UPDATE loop_frame SET status = %s, outcome = %s, closed_at = %s WHERE exchange_id = %s "
+                    "AND status = %s", [FrameStatus.CLOSED, outcome, rows.when(now), exchange.pk, FrameStatus.OPEN],
+                )
             self.audit.append(
                 "loop.exchange.settled", principal=principal, subject_type="exchange", subject_id=str(exchange.pk),
                 payload={"outcome": outcome, "receipt_digest": receipt["digest"], "last_seq": receipt["last_seq"]},
             )
-            self._wake(exchange.session_id)
-        exchange.refresh_from_db()
+            self._wake(exchange.session_id, last)
+        exchange.status, exchange.outcome, exchange.receipt = ExchangeStatus.SETTLED, outcome, receipt
+        exchange.claim_token, exchange.settled_at = "", now
         return receipt
 
     def mark_broken(self, exchange: Exchange, *, code: str, message: str, principal: str) -> None:

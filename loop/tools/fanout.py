@@ -62,11 +62,21 @@ def _record(env: RoundEnv, call: ToolCall, outcome: ToolOutcome) -> None:
                             truncated=outcome.truncated, principal=env.principal, narrative=env.narrative)
 
 
+def journal_upfront(tools: ToolRegistry, names: Sequence[str]) -> int:
+    """How many of a round's calls may journal their intent with the message end: all of a
+    concurrent round (phase 1 journals them all before anything runs), else the first one."""
+    found = [tools.get(name) for name in names]
+    if len(found) > 1 and all(t is not None and t.concurrency_safe for t in found):
+        return len(found)
+    return 1 if found else 0
+
+
 def _prepare(
     env: RoundEnv, call: ToolCall, parsed: ParsedCall, result: RoundResult, *, skip_gate: bool = False
 ) -> Tool | None:
     """Intent, look-up, gate and validation. Returns the tool when the call may execute now."""
-    env.store.record_intent(call, principal=env.principal, narrative=env.narrative)
+    if call.status != ToolCallStatus.RUNNING:  # the first calls were journaled with the message end
+        env.store.record_intent(call, principal=env.principal, narrative=env.narrative)
     tool = env.tools.get(call.tool)
     if tool is None:
         _record(env, call, ToolOutcome(ToolCallStatus.FAILED, f"tool error (unknown_tool): no tool named "
