@@ -52,6 +52,30 @@ def _serialise_appends() -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CHAIN_LOCK_KEY])
 
 
+class _TipMarker:
+    """The chain tip this transaction wrote, kept among the transaction's on-commit callbacks.
+
+    While the transaction holds the chain lock nobody else appends, so the next append in it can
+    start from here instead of reading the tip again. Django drops the callbacks of a rolled-back
+    savepoint or transaction, so a surviving marker never names a row that was undone.
+    """
+
+    __slots__ = ("hash", "seq")
+
+    def __init__(self, seq: int, hash: str) -> None:
+        self.seq, self.hash = seq, hash
+
+    def __call__(self) -> None:  # runs at commit: nothing to do
+        return None
+
+
+def _tip_in_this_transaction() -> tuple[int, str] | None:
+    for _savepoints, callback, _robust in reversed(connection.run_on_commit):
+        if isinstance(callback, _TipMarker):
+            return callback.seq, callback.hash
+    return None
+
+
 def _now() -> datetime:
     # datetime holds microseconds at most, exactly what SQLite and PostgreSQL store, so the time
     # hashed here is the time read back by the verifier.
@@ -92,7 +116,9 @@ def audit_append(
     # Canonicalise before taking the lock: a bad payload fails without holding up other writers.
     body = chain.canonical_json(dict(payload))
 
-    _serialise_appends()
+    tip = _tip_in_this_transaction()
+    if tip is None:
+        _serialise_appends()
     fields: dict[str, Any] = {
         "time": _now(),
         "actor_type": str(actor.type),
@@ -105,10 +131,11 @@ def audit_append(
     # Raw SQL: every audited write in the deployment passes here, and the ORM's query building
     # would cost more than the statements themselves.
     with connection.cursor() as cursor:
-        cursor.execute("SELECT seq, hash FROM audit_auditevent ORDER BY seq DESC LIMIT 1")
-        tip = cursor.fetchone()
-        fields["seq"], fields["prev_hash"] = (int(tip[0]), tip[1]) if tip else (0, GENESIS)
-        fields["seq"] += 1
+        if tip is None:
+            cursor.execute("SELECT seq, hash FROM audit_auditevent ORDER BY seq DESC LIMIT 1")
+            row = cursor.fetchone()
+            tip = (int(row[0]), row[1]) if row else (0, GENESIS)
+        fields["seq"], fields["prev_hash"] = tip[0] + 1, tip[1]
         digest = chain.row_hash(**fields)
         cursor.execute(
             "INSERT INTO audit_auditevent (seq, time, actor_type, actor_id, kind, subject_type, subject_id, "
@@ -117,6 +144,7 @@ def audit_append(
              fields["actor_id"], fields["kind"], subject_type, subject_id, body, fields["prev_hash"], digest],
         )
         row_id = cursor.fetchone()[0]
+    transaction.on_commit(_TipMarker(fields["seq"], digest))
     return AuditEvent(pk=row_id, hash=digest, **fields)
 
 

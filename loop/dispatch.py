@@ -13,6 +13,7 @@ from loop.providers.base import (
     AssembledTurn,
     AssistantMessage,
     LlmProvider,
+    Message,
     ProviderRequest,
     TextDelta,
     ToolResultMessage,
@@ -25,15 +26,23 @@ class DispatchCanceled(Exception):
     """Cancellation observed at the seam (before the send or while streaming)."""
 
 
-def request_bytes(request: ProviderRequest) -> int:
-    """A cheap, conservative size of the request's text content."""
+def message_size(message: Message) -> int:
+    """The bytes a message adds to a request (what the request cap counts)."""
+    size = len(message.content.encode("utf-8")) + 16
+    if isinstance(message, AssistantMessage):
+        size += sum(len(c.arguments.encode("utf-8")) + len(c.name) + len(c.id) for c in message.tool_calls)
+    elif isinstance(message, ToolResultMessage):
+        size += len(message.call_id)
+    return size
+
+
+def request_bytes(request: ProviderRequest, *, messages_size: int | None = None) -> int:
+    """A cheap, conservative size of the request's text content (``messages_size`` when the caller
+    already keeps it, as the context window does)."""
     size = len(request.system.encode("utf-8"))
-    for message in request.messages:
-        size += len(message.content.encode("utf-8")) + 16
-        if isinstance(message, AssistantMessage):
-            size += sum(len(c.arguments.encode("utf-8")) + len(c.name) + len(c.id) for c in message.tool_calls)
-        elif isinstance(message, ToolResultMessage):
-            size += len(message.call_id)
+    if messages_size is None:
+        messages_size = sum(message_size(message) for message in request.messages)
+    size += messages_size
     for tool in request.tools:
         size += len(tool.name) + len(tool.description) + 64 + len(str(tool.parameters))
     return size
@@ -47,6 +56,7 @@ def dispatch(
     cancel: CancelToken,
     request_cap: int,
     on_text: Callable[[str], None] | None = None,
+    messages_size: int | None = None,
 ) -> AssembledTurn:
     """Admit, send, stream and meter one provider call.
 
@@ -56,7 +66,7 @@ def dispatch(
         ProviderError: the provider failed after admission.
         HarnessError: the request is over ``request_cap``.
     """
-    size = request_bytes(request)
+    size = request_bytes(request, messages_size=messages_size)
     if size > request_cap:
         raise HarnessError(f"request of ~{size} bytes is over the {request_cap}-byte cap", code="request_too_large")
     authority.admit()

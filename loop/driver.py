@@ -225,13 +225,14 @@ def _loop(env: LoopEnv, exchange: Exchange, token: CancelToken) -> RunOutcome:
         if authority.exceeded:
             return _settle(env, exchange, BudgetExceeded("budget_spent"))
         turn += 1
-        messages = env.context.messages(env.store, exchange.session_id, narrative=env.narrative,
-                                        cap=env.bounds.replay_cap)
+        messages, messages_size = env.context.window(env.store, exchange.session_id, narrative=env.narrative,
+                                                     cap=env.bounds.replay_cap)
         request = ProviderRequest(system=env.agent.system_prompt, messages=messages, tools=specs,
                                   metadata={"session": exchange.session_id, "exchange": exchange.number, "turn": turn})
         try:
             assembled = dispatch(env.provider, request, authority=authority, cancel=token,
-                                 request_cap=env.bounds.request_cap, on_text=_live_text(env, exchange, turn))
+                                 request_cap=env.bounds.request_cap, on_text=_live_text(env, exchange, turn),
+                                 messages_size=messages_size)
         except BudgetRefused as exc:
             _persist_ledger(exchange, authority)
             return _settle(env, exchange, BudgetExceeded(exc.reason))

@@ -111,6 +111,58 @@ def _convert(row: EventRow, mask: Callable[[str], str]) -> tuple[Any, Message]:
     return parsed, message
 
 
+class Folder:
+    """Folds rows into messages one at a time, refusing loudly as it goes; :func:`project` and the
+    incremental context window share it, so there is one set of rules."""
+
+    def __init__(self, mask: Callable[[str], str] = _identity,
+                 memo: dict[int, tuple[Any, Message]] | None = None) -> None:
+        self.mask = mask
+        self.memo = memo
+        self.pending: dict[str, str] = {}  # call key → tool name, for the open tool group
+        self.seen: set[str] = set()
+
+    def add(self, row: EventRow, *, first: bool) -> tuple[Message | None, tuple[str, ...]]:
+        """The message ``row`` contributes (None for journal rows) and the call keys it opens."""
+        if is_journal(row.kind):
+            return None, ()
+        if row.kind not in CONVERSATION_KINDS:
+            raise ProjectionError(f"row {row.seq}: kind {row.kind!r} is not in the vocabulary")
+        entry = self.memo.get(row.seq) if self.memo is not None else None
+        if entry is None:
+            entry = _convert(row, self.mask)
+            if self.memo is not None:
+                self.memo[row.seq] = entry
+        parsed, message = entry
+        opened: tuple[str, ...] = ()
+        if isinstance(parsed, ToolResultPayload):
+            expected = self.pending.pop(parsed.key, None)
+            if expected is None:
+                reason = "duplicate" if parsed.key in self.seen else "orphan"
+                raise ProjectionError(f"row {row.seq}: {reason} result for call {parsed.key}")
+            if expected != parsed.name:
+                raise ProjectionError(f"row {row.seq}: result names {parsed.name!r}, call was {expected!r}")
+        else:
+            if self.pending:
+                raise ProjectionError(
+                    f"row {row.seq}: partial tool group, no result for {', '.join(sorted(self.pending))}"
+                )
+            if isinstance(parsed, CompactionPayload) and not first:
+                raise CompactionBoundary(f"row {row.seq}: compaction row inside the projected window")
+            if isinstance(parsed, AssistantPayload):
+                for call in parsed.tool_calls:
+                    if call.key in self.pending or call.key in self.seen:
+                        raise ProjectionError(f"row {row.seq}: duplicate call key {call.key}")
+                    self.pending[call.key] = call.name
+                    self.seen.add(call.key)
+                opened = tuple(call.key for call in parsed.tool_calls)
+        return message, opened
+
+    def close(self) -> None:
+        if self.pending:
+            raise ProjectionError(f"partial tool group at the end: no result for {', '.join(sorted(self.pending))}")
+
+
 def project(
     rows: Sequence[EventRow],
     *,
@@ -125,41 +177,11 @@ def project(
         memo: optional seq → (payload, message) cache, so a long session converts each row once.
             Only valid for one ``mask``.
     """
+    folder = Folder(mask, memo)
     messages: list[Message] = []
-    pending: dict[str, str] = {}  # call key → tool name, for the open tool group
-    seen: set[str] = set()
     for position, row in enumerate(rows):
-        if is_journal(row.kind):
-            continue
-        if row.kind not in CONVERSATION_KINDS:
-            raise ProjectionError(f"row {row.seq}: kind {row.kind!r} is not in the vocabulary")
-        entry = memo.get(row.seq) if memo is not None else None
-        if entry is None:
-            entry = _convert(row, mask)
-            if memo is not None:
-                memo[row.seq] = entry
-        parsed, message = entry
-        if isinstance(parsed, ToolResultPayload):
-            expected = pending.pop(parsed.key, None)
-            if expected is None:
-                reason = "duplicate" if parsed.key in seen else "orphan"
-                raise ProjectionError(f"row {row.seq}: {reason} result for call {parsed.key}")
-            if expected != parsed.name:
-                raise ProjectionError(f"row {row.seq}: result names {parsed.name!r}, call was {expected!r}")
-        else:
-            if pending:
-                raise ProjectionError(
-                    f"row {row.seq}: partial tool group, no result for {', '.join(sorted(pending))}"
-                )
-            if isinstance(parsed, CompactionPayload) and position != 0:
-                raise CompactionBoundary(f"row {row.seq}: compaction row inside the projected window")
-            if isinstance(parsed, AssistantPayload):
-                for call in parsed.tool_calls:
-                    if call.key in pending or call.key in seen:
-                        raise ProjectionError(f"row {row.seq}: duplicate call key {call.key}")
-                    pending[call.key] = call.name
-                    seen.add(call.key)
-        messages.append(message)
-    if pending:
-        raise ProjectionError(f"partial tool group at the end: no result for {', '.join(sorted(pending))}")
+        message, _opened = folder.add(row, first=position == 0)
+        if message is not None:
+            messages.append(message)
+    folder.close()
     return tuple(messages)

@@ -52,12 +52,52 @@ def insert_event(
     body: str,
     key: str,
     created_at: datetime,
-) -> None:
+) -> bool:
+    """Insert one row; False (and nothing written) when ``key`` is already stored."""
     cursor.execute(
         "INSERT INTO loop_sessionevent (session_id, seq, exchange_id, kind, narrative, payload, idempotency_key, "
-        f"created_at) VALUES (%s, %s, %s, %s, %s, {json_param()}, %s, %s)",
+        f"created_at) VALUES (%s, %s, %s, %s, %s, {json_param()}, %s, %s) "
+        "ON CONFLICT (idempotency_key) DO NOTHING RETURNING id",
         [session_id, seq, exchange_id, kind, narrative, body, key, when(created_at)],
     )
+    return cursor.fetchone() is not None
+
+
+def append_event(
+    cursor: CursorWrapper,
+    *,
+    session_id: int,
+    exchange_id: int | None,
+    kind: str,
+    narrative: str,
+    body: str,
+    key: str,
+    created_at: datetime,
+) -> tuple[int | None, bool]:
+    """Allocate the session's next seq and insert the row: ``(seq, inserted)``. ``seq`` is None
+    when the session does not exist; ``inserted`` is False when ``key`` is stored already (the seq
+    was allocated and must be given back). One round trip on PostgreSQL, two on SQLite."""
+    if connection.vendor != "postgresql":
+        seq = next_seq(cursor, session_id)
+        if seq is None:
+            return None, False
+        return seq, insert_event(cursor, session_id=session_id, seq=seq, exchange_id=exchange_id, kind=kind,
+                                 narrative=narrative, body=body, key=key, created_at=created_at)
+    cursor.execute(
+        "WITH allocated AS (UPDATE loop_session SET last_seq = last_seq + 1 WHERE id = %s RETURNING last_seq), "
+        "inserted AS (INSERT INTO loop_sessionevent (session_id, seq, exchange_id, kind, narrative, payload, "
+        "idempotency_key, created_at) SELECT %s, last_seq, %s, %s, %s, %s::jsonb, %s, %s FROM allocated "
+        "ON CONFLICT (idempotency_key) DO NOTHING RETURNING seq) "
+        "SELECT (SELECT last_seq FROM allocated), (SELECT seq FROM inserted)",
+        [session_id, session_id, exchange_id, kind, narrative, body, key, when(created_at)],
+    )
+    allocated, inserted = cursor.fetchone()
+    return (int(allocated) if allocated is not None else None), inserted is not None
+
+
+def give_back_seq(cursor: CursorWrapper, session_id: int) -> None:
+    """Return a seq allocated in this transaction (the session row is still locked by it)."""
+    cursor.execute("UPDATE loop_session SET last_seq = last_seq - 1 WHERE id = %s", [session_id])
 
 
 def conversation_rows(

@@ -107,18 +107,19 @@ class Store:
                 code="payload_too_large",
             )
         with connection.cursor() as cursor:
-            existing = rows.find_event(cursor, key)
-            if existing is not None:
-                if existing[1] != kind or canonical(existing[2]) != body:
-                    raise PersistError(f"idempotency key {key} reused with other content",
-                                       code="idempotency_conflict")
-                return existing[0]
-            seq = rows.next_seq(cursor, session_id)
+            seq, inserted = rows.append_event(cursor, session_id=session_id, exchange_id=exchange_id, kind=kind,
+                                              narrative=narrative, body=body, key=key, created_at=self.clock.now())
             if seq is None:
                 raise PersistError(f"session {session_id} does not exist", code="session_missing")
-            rows.insert_event(cursor, session_id=session_id, seq=seq, exchange_id=exchange_id, kind=kind,
-                              narrative=narrative, body=body, key=key, created_at=self.clock.now())
-        return seq
+            if inserted:
+                return seq
+            # The key is stored already: an exact repeat returns that row, anything else refuses.
+            rows.give_back_seq(cursor, session_id)
+            existing = rows.find_event(cursor, key)
+        assert existing is not None
+        if existing[1] != kind or canonical(existing[2]) != body:
+            raise PersistError(f"idempotency key {key} reused with other content", code="idempotency_conflict")
+        return existing[0]
 
     def _wake(self, session_id: int, last_seq: int) -> None:
         """Wake the session's viewers once the transaction commits (never before: a viewer must
@@ -357,7 +358,7 @@ class Store:
         """A tool-free last turn: its message end and the settlement commit together."""
         with transaction.atomic():
             self._message_end(exchange, frame, turn, assembled, principal, spent_tokens)
-            return self.settle(exchange, outcome=outcome, principal=principal, detail=detail)
+            return self._settle(exchange, outcome=outcome, principal=principal, detail=detail)
 
     def record_intent(self, call: ToolCall, *, principal: str, narrative: str = "") -> None:
         """Journal ``control:tool_intent`` and mark the call running, before it executes (SPEC L9)."""
@@ -457,34 +458,40 @@ class Store:
         Updates ``exchange`` in place (status, outcome, receipt, counters).
         """
         with transaction.atomic():
-            if outcome == Outcome.CANCELED:
-                self._append(exchange.session_id, EventKind.CANCELED, {"reason": (detail or {}).get("reason", "")},
-                             f"s{exchange.session_id}:e{exchange.number}:canceled", exchange_id=exchange.pk)
-            # The end marker viewers follow: every outcome, not only the ones with a message.
-            last = self._append(exchange.session_id, EventKind.EXCHANGE_SETTLED, {"outcome": outcome},
-                                f"s{exchange.session_id}:e{exchange.number}:settled", exchange_id=exchange.pk)
-            now = self.clock.now()
-            with connection.cursor() as cursor:
-                lock = " FOR UPDATE" if connection.vendor == "postgresql" else ""
-                cursor.execute(f"SELECT turns, input_tokens, output_tokens FROM loop_exchange WHERE id = %s{lock}",
-                               [exchange.pk])
-                exchange.turns, exchange.input_tokens, exchange.output_tokens = cursor.fetchone()
-                events = rows.exchange_events(cursor, exchange.pk)
-                receipt = build_receipt(exchange, outcome=outcome, events=events, detail=detail or {})
-                cursor.execute(
-                    "UPDATE loop_exchange SET status = %s, outcome = %s, receipt = " + rows.json_param()
-                    + ", claim_token = '', settled_at = %s WHERE id = %s",
-                    [ExchangeStatus.SETTLED, outcome, canonical(receipt), rows.when(now), exchange.pk],
-                )
-                cursor.execute(
-                    "UPDATE loop_frame SET status = %s, outcome = %s, closed_at = %s WHERE exchange_id = %s "
-                    "AND status = %s", [FrameStatus.CLOSED, outcome, rows.when(now), exchange.pk, FrameStatus.OPEN],
-                )
-            self.audit.append(
-                "loop.exchange.settled", principal=principal, subject_type="exchange", subject_id=str(exchange.pk),
-                payload={"outcome": outcome, "receipt_digest": receipt["digest"], "last_seq": receipt["last_seq"]},
+            return self._settle(exchange, outcome=outcome, principal=principal, detail=detail)
+
+    def _settle(
+        self, exchange: Exchange, *, outcome: str, principal: str, detail: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        assert connection.in_atomic_block, "settle runs inside the caller's transaction"
+        if outcome == Outcome.CANCELED:
+            self._append(exchange.session_id, EventKind.CANCELED, {"reason": (detail or {}).get("reason", "")},
+                         f"s{exchange.session_id}:e{exchange.number}:canceled", exchange_id=exchange.pk)
+        # The end marker viewers follow: every outcome, not only the ones with a message.
+        last = self._append(exchange.session_id, EventKind.EXCHANGE_SETTLED, {"outcome": outcome},
+                            f"s{exchange.session_id}:e{exchange.number}:settled", exchange_id=exchange.pk)
+        now = self.clock.now()
+        with connection.cursor() as cursor:
+            lock = " FOR UPDATE" if connection.vendor == "postgresql" else ""
+            cursor.execute(f"SELECT turns, input_tokens, output_tokens FROM loop_exchange WHERE id = %s{lock}",
+                           [exchange.pk])
+            exchange.turns, exchange.input_tokens, exchange.output_tokens = cursor.fetchone()
+            events = rows.exchange_events(cursor, exchange.pk)
+            receipt = build_receipt(exchange, outcome=outcome, events=events, detail=detail or {})
+            cursor.execute(
+                "UPDATE loop_exchange SET status = %s, outcome = %s, receipt = " + rows.json_param()
+                + ", claim_token = '', settled_at = %s WHERE id = %s",
+                [ExchangeStatus.SETTLED, outcome, canonical(receipt), rows.when(now), exchange.pk],
             )
-            self._wake(exchange.session_id, last)
+            cursor.execute(
+                "UPDATE loop_frame SET status = %s, outcome = %s, closed_at = %s WHERE exchange_id = %s "
+                "AND status = %s", [FrameStatus.CLOSED, outcome, rows.when(now), exchange.pk, FrameStatus.OPEN],
+            )
+        self.audit.append(
+            "loop.exchange.settled", principal=principal, subject_type="exchange", subject_id=str(exchange.pk),
+            payload={"outcome": outcome, "receipt_digest": receipt["digest"], "last_seq": receipt["last_seq"]},
+        )
+        self._wake(exchange.session_id, last)
         exchange.status, exchange.outcome, exchange.receipt = ExchangeStatus.SETTLED, outcome, receipt
         exchange.claim_token, exchange.settled_at = "", now
         return receipt
