@@ -1,0 +1,44 @@
+"""The incremental context window matches a fresh projection of the bounded replay."""
+
+from __future__ import annotations
+
+import pytest
+
+from loop.bounds import Bounds
+from loop.context import ContextBuilder, mask_for_provider
+from loop.driver import run_turns_keyed
+from loop.projection import project, window_start
+from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
+from skald.loop_adapters.store import kernel_store
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
+
+
+def fresh(session_id: int, cap: int):
+    rows, capped = kernel_store().replay(session_id, cap=cap)
+    return project(rows[window_start(rows, capped=capped):], mask=mask_for_provider)
+
+
+def test_the_window_follows_a_long_session_within_the_cap(make_env, session):
+    cap = 12
+    provider = LoopbackProvider([tool_turn(("echo", {"text": "x"})), text_turn("ok")] * 15)
+    env = make_env(provider, bounds=Bounds(replay_cap=cap), context=ContextBuilder())
+    for number in range(15):
+        run_turns_keyed(env, request_key=f"k{number}", content=f"mail me at user{number}@example.org")
+        messages, size = env.context.window(env.store, session.pk, narrative="", cap=cap)
+        assert messages == fresh(session.pk, cap)
+        assert len(messages) <= cap
+        assert messages[0].role == "user" and "[email]" in messages[0].content
+        assert size == sum(len(m.content.encode()) for m in messages) + sum(
+            len(c.arguments.encode()) + len(c.name) + len(c.id) for m in messages for c in getattr(m, "tool_calls", ())
+        ) + sum(len(getattr(m, "call_id", "")) for m in messages) + 16 * len(messages)
+    provider.assert_complete()
+
+
+def test_the_model_never_sees_more_than_the_replay_cap(make_env, session):
+    provider = LoopbackProvider([text_turn("ok")] * 30)
+    env = make_env(provider, bounds=Bounds(replay_cap=8))
+    for number in range(30):
+        run_turns_keyed(env, request_key=f"k{number}", content=f"message {number}")
+    assert all(len(request.messages) <= 8 for request in provider.calls)
+    assert provider.calls[-1].messages[-1].content == "message 29"
