@@ -8,6 +8,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework_simplejwt.views import TokenObtainPairView, TokenRefreshView
 
 from skald import views
+from skald.console import console
 
 api_patterns: list[URLPattern | URLResolver] = [
     path("auth/token/", TokenObtainPairView.as_view(), name="token_obtain_pair"),
@@ -19,6 +20,7 @@ api_patterns: list[URLPattern | URLResolver] = [
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("console/", console, name="console"),
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
     path("metrics", views.metrics_view, name="metrics"),
