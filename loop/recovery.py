@@ -71,3 +71,25 @@ def resolve_pending(
 def parse_arguments_of(call: ToolCall) -> dict | None:
     """The stored, parsed arguments of a call (the hash the human approved covers exactly these)."""
     return dict(call.arguments) if isinstance(call.arguments, dict) else parse_arguments(str(call.arguments))
+
+
+INTERRUPTED_RESULT = "interrupted: the worker driving this call stopped before it finished; it was not retried"
+
+
+def repair_dangling(env: LoopEnv, exchange: Exchange, *, reason: str) -> int:
+    """Make a crashed exchange's history well-formed before the session moves on (R3).
+
+    Every call it left planned or running gets a typed ``interrupted`` result (visible to the
+    model, audited — never a silent repair, never a blind re-run of an effect), and the exchange is
+    marked broken with ``worker_lost``: its claim stays and its request key refuses a retry.
+    Returns the number of calls repaired.
+    """
+    store = env.store
+    dangling = list(ToolCall.objects.filter(exchange=exchange, status__in=[ToolCallStatus.PLANNED,
+                                                                           ToolCallStatus.RUNNING])
+                    .select_related("frame").order_by("id"))
+    for call in dangling:
+        store.record_result(call, status=ToolCallStatus.INTERRUPTED, content=INTERRUPTED_RESULT, is_error=True,
+                            truncated=False, principal=env.principal, narrative=call.frame.narrative)
+    store.mark_broken(exchange, code="worker_lost", message=reason, principal=env.principal)
+    return len(dangling)

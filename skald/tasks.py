@@ -16,6 +16,9 @@ logger = logging.getLogger(__name__)
 def run_kernel_turn(exchange_id: int) -> str:
     """Drive an admitted exchange (a user message) to a settled or parked outcome."""
     exchange = Exchange.objects.select_related("session").get(pk=exchange_id)
+    from skald.sessions.services import repair_stale_exchange
+
+    repair_stale_exchange(session=exchange.session)  # a dangling call from a crashed turn first
     if exchange.status != ExchangeStatus.OPEN or exchange.claim_token:
         logger.info("exchange %s is %s; nothing to drive", exchange_id, exchange.status)
         return exchange.status

@@ -43,6 +43,7 @@ def session_message_submit(
     if len(content.encode("utf-8")) > MAX_MESSAGE_BYTES:
         raise SkaldError(f"content is over {MAX_MESSAGE_BYTES} bytes", code="message_too_large", http_status=400)
     env = build_env(session)
+    repair_stale_exchange(session=session)
     key = request_key or new_token()
     with transaction.atomic():
         try:
@@ -58,6 +59,26 @@ def session_message_submit(
         if not replayed:
             enqueue_on_commit("skald.tasks.run_kernel_turn", exchange.pk)
     return exchange, replayed
+
+
+def repair_stale_exchange(*, session: Session) -> Exchange | None:
+    """A message to a session whose last exchange was claimed by a worker that died (its claim is
+    older than any task may run) first repairs that exchange's dangling calls (SPEC R3)."""
+    from datetime import timedelta
+
+    from django.conf import settings
+
+    from loop.recovery import repair_dangling
+    from skald.core import clock
+
+    stale_before = clock.now() - timedelta(seconds=int(settings.Q_CLUSTER["timeout"]) + 60)
+    crashed = Exchange.objects.filter(session=session, status=ExchangeStatus.OPEN, claimed_at__lt=stale_before).exclude(
+        claim_token="").first()
+    if crashed is None:
+        return None
+    repair_dangling(build_env(session, exchange_id=crashed.pk), crashed,
+                    reason=f"claim {crashed.claim_token[:8]} held since {crashed.claimed_at:%Y-%m-%d %H:%M:%S} UTC")
+    return crashed
 
 
 def session_stop(*, user: AbstractBaseUser, session: Session) -> Exchange | None:
