@@ -70,7 +70,8 @@ class _TipMarker:
 
 
 def _tip_in_this_transaction() -> tuple[int, str] | None:
-    for _savepoints, callback, _robust in reversed(connection.run_on_commit):
+    for entry in reversed(connection.run_on_commit):
+        callback = entry[1]  # (savepoint ids, callback, robust)
         if isinstance(callback, _TipMarker):
             return callback.seq, callback.hash
     return None

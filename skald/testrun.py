@@ -29,7 +29,8 @@ def _postgres_reachable(url: str) -> str:
     try:
         import psycopg
 
-        with psycopg.connect(url.replace("postgres://", "postgresql://", 1), connect_timeout=5):
+        # The server is what matters: Django's test runner creates its own test database.
+        with psycopg.connect(url.replace("postgres://", "postgresql://", 1), dbname="postgres", connect_timeout=5):
             return ""
     except Exception as exc:  # noqa: BLE001 - the message is the diagnosis
         return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
