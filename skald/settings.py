@@ -123,11 +123,14 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
+SKALD_TASK_TIMEOUT = envint("SKALD_Q_TIMEOUT", 900, minimum=30)
+# A claim older than any task may run belongs to a worker that died: its turn is repaired (R3).
+SKALD_CLAIM_STALE_SECONDS = SKALD_TASK_TIMEOUT + 60
 Q_CLUSTER: dict[str, object] = {
     "name": "skald",
     "workers": envint("SKALD_Q_WORKERS", 2, minimum=1),
-    "timeout": envint("SKALD_Q_TIMEOUT", 900, minimum=30),
-    "retry": envint("SKALD_Q_TIMEOUT", 900, minimum=30) + 60,
+    "timeout": SKALD_TASK_TIMEOUT,
+    "retry": SKALD_TASK_TIMEOUT + 60,
     "max_attempts": 1,  # the kernel recovers explicitly; a blind retry could double-drive a turn
     "catch_up": False,
     "save_limit": 500,

@@ -71,7 +71,7 @@ def repair_stale_exchange(*, session: Session) -> Exchange | None:
     from loop.recovery import repair_dangling
     from skald.core import clock
 
-    stale_before = clock.now() - timedelta(seconds=int(settings.Q_CLUSTER["timeout"]) + 60)
+    stale_before = clock.now() - timedelta(seconds=settings.SKALD_CLAIM_STALE_SECONDS)
     crashed = Exchange.objects.filter(session=session, status=ExchangeStatus.OPEN, claimed_at__lt=stale_before).exclude(
         claim_token="").first()
     if crashed is None:
