@@ -16,7 +16,8 @@
   function diff(preview) {
     const pre = el("pre");
     for (const line of (preview || "").split("\n")) {
-      const span = el("span", line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : "", line + "\n");
+      const header = line.startsWith("+++") || line.startsWith("---");
+      const span = el("span", header ? "" : line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : "", line + "\n");
       pre.appendChild(span);
     }
     return pre;

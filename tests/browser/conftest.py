@@ -53,7 +53,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         running.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def artifacts() -> Path:
     """``test-artifacts/browser/``, emptied of the previous run's screenshots and kept afterwards."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
