@@ -7,8 +7,7 @@ append-only and exactly-once by idempotency key.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,9 +15,8 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 
 from loop import rows
-from loop.bounds import PAYLOAD_CAP_BYTES
-from loop.digest import arguments_hash, canonical, events_digest
-from loop.errors import HarnessError, PersistError
+from loop.digest import canonical, events_digest
+from loop.errors import HarnessError
 from loop.events import CONVERSATION_KINDS, EventKind
 from loop.models import (
     Exchange,
@@ -29,12 +27,10 @@ from loop.models import (
     ScratchpadEntry,
     Session,
     SessionEvent,
-    ToolCall,
-    ToolCallStatus,
 )
-from loop.ports import AuditSink, Clock, EventBus
-from loop.projection import EventRow, call_key
+from loop.projection import EventRow
 from loop.providers.base import AssembledTurn
+from loop.store_calls import CallWrites, ParsedCall, parse_arguments
 
 ACTIVE_STATUSES = (ExchangeStatus.OPEN, ExchangeStatus.PARKED)
 
@@ -45,33 +41,8 @@ class Admission:
     replayed: bool
 
 
-@dataclass(frozen=True, slots=True)
-class ParsedCall:
-    key: str
-    provider_id: str
-    name: str
-    raw_arguments: str
-    arguments: dict[str, Any] | None  # None when the raw text is not a JSON object
 
-
-def parse_arguments(raw: str) -> dict[str, Any] | None:
-    """Codec check only (SPEC L9 ``validate_calls``): a JSON object, or None."""
-    try:
-        value = json.loads(raw) if raw.strip() else {}
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-class Store:
-    def __init__(
-        self, *, audit: AuditSink, clock: Clock, bus: EventBus, payload_cap: int = PAYLOAD_CAP_BYTES
-    ) -> None:
-        self.audit = audit
-        self.clock = clock
-        self.bus = bus
-        self.payload_cap = payload_cap
-
+class Store(CallWrites):
     # --- sessions ---------------------------------------------------------------------------
 
     def create_session(self, *, owner_id: int, agent: str, source: str, title: str, principal: str) -> Session:
@@ -84,47 +55,6 @@ class Store:
                 payload={"agent": agent, "source": source},
             )
         return session
-
-    # --- narrative --------------------------------------------------------------------------
-
-    def _append(
-        self,
-        session_id: int,
-        kind: str,
-        payload: Mapping[str, Any],
-        key: str,
-        *,
-        exchange_id: int | None = None,
-        narrative: str = "",
-    ) -> int:
-        """Append one row inside the caller's transaction and return its seq. An exact repeat of
-        ``key`` returns the stored row's seq; the same key with other content refuses."""
-        assert connection.in_atomic_block, "narrative rows are appended inside a transaction"
-        body = canonical(payload)
-        if len(body.encode("utf-8")) > self.payload_cap:
-            raise PersistError(
-                f"{kind} payload is {len(body.encode())} bytes, over the {self.payload_cap}-byte cap",
-                code="payload_too_large",
-            )
-        with connection.cursor() as cursor:
-            seq, inserted = rows.append_event(cursor, session_id=session_id, exchange_id=exchange_id, kind=kind,
-                                              narrative=narrative, body=body, key=key, created_at=self.clock.now())
-            if seq is None:
-                raise PersistError(f"session {session_id} does not exist", code="session_missing")
-            if inserted:
-                return seq
-            # The key is stored already: an exact repeat returns that row, anything else refuses.
-            rows.give_back_seq(cursor, session_id)
-            existing = rows.find_event(cursor, key)
-        assert existing is not None
-        if existing[1] != kind or canonical(existing[2]) != body:
-            raise PersistError(f"idempotency key {key} reused with other content", code="idempotency_conflict")
-        return existing[0]
-
-    def _wake(self, session_id: int, last_seq: int) -> None:
-        """Wake the session's viewers once the transaction commits (never before: a viewer must
-        find the rows it is woken for)."""
-        transaction.on_commit(lambda: self.bus.committed(session_id, last_seq))
 
     def append_event(
         self,
@@ -268,81 +198,6 @@ class Store:
 
     # --- turns and tool calls ---------------------------------------------------------------------
 
-    def record_message_end(
-        self,
-        *,
-        exchange: Exchange,
-        frame: Frame,
-        turn: int,
-        assembled: AssembledTurn,
-        principal: str,
-        spent_tokens: int,
-        journal: int = 0,
-    ) -> list[tuple[ToolCall, ParsedCall]]:
-        """Persist the assistant turn and its planned calls (message end, SPEC L1).
-
-        ``journal`` calls (the first ones of the round) also get their ``control:tool_intent`` in
-        this transaction: nothing happens between the message end and their intent but the gate.
-        """
-        with transaction.atomic():
-            calls = self._message_end(exchange, frame, turn, assembled, principal, spent_tokens)
-            for call, _parsed in calls[:journal]:
-                self._intent(call, principal=principal, narrative=frame.narrative)
-        return calls
-
-    def _message_end(
-        self, exchange: Exchange, frame: Frame, turn: int, assembled: AssembledTurn, principal: str, spent: int
-    ) -> list[tuple[ToolCall, ParsedCall]]:
-        number = exchange.number
-        parsed = [
-            ParsedCall(
-                key=call_key(number, turn, index), provider_id=call.id, name=call.name,
-                raw_arguments=call.arguments, arguments=parse_arguments(call.arguments),
-            )
-            for index, call in enumerate(assembled.tool_calls)
-        ]
-        payload = {
-            "content": assembled.text,
-            "tool_calls": [
-                {"key": c.key, "id": c.provider_id, "name": c.name, "arguments": c.raw_arguments} for c in parsed
-            ],
-            "turn": turn,
-            "finish_reason": assembled.finish_reason or "stop",
-            "input_tokens": assembled.input_tokens,
-            "output_tokens": assembled.output_tokens,
-        }
-        now = self.clock.now()
-        seq = self._append(
-            exchange.session_id, EventKind.ASSISTANT, payload,
-            f"s{exchange.session_id}:{frame.narrative}e{number}:t{turn}:assistant",
-            exchange_id=exchange.pk, narrative=frame.narrative,
-        )
-        calls: list[tuple[ToolCall, ParsedCall]] = []
-        with connection.cursor() as cursor:
-            for index, c in enumerate(parsed):
-                arguments = c.arguments if c.arguments is not None else {}
-                digest = arguments_hash(c.arguments if c.arguments is not None else c.raw_arguments)
-                values = [exchange.session_id, exchange.pk, frame.pk, turn, index, c.key, c.provider_id[:128],
-                          c.name[:128], canonical(arguments), digest, ToolCallStatus.PLANNED, now]
-                call = ToolCall(
-                    id=rows.insert_tool_call(cursor, values), session_id=exchange.session_id,
-                    exchange_id=exchange.pk, frame_id=frame.pk, turn=turn, index=index, call_key=c.key,
-                    provider_call_id=c.provider_id[:128], tool=c.name[:128], arguments=arguments,
-                    arguments_hash=digest, status=ToolCallStatus.PLANNED, created_at=now, updated_at=now,
-                )
-                call._state.adding = False
-                calls.append((call, c))
-            rows.count_turn(cursor, exchange.pk, input_tokens=assembled.input_tokens or 0,
-                            output_tokens=assembled.output_tokens or 0, spent=spent,
-                            incomplete=not assembled.has_usage)
-        self.audit.append(
-            "loop.turn.ended", principal=principal, subject_type="exchange", subject_id=str(exchange.pk),
-            payload={"turn": turn, "seq": seq, "calls": [c.key for c in parsed],
-                     "digest": events_digest([(seq, EventKind.ASSISTANT, payload)])},
-        )
-        self._wake(exchange.session_id, seq)
-        return calls
-
     def finish_turn(
         self,
         *,
@@ -359,96 +214,6 @@ class Store:
         with transaction.atomic():
             self._message_end(exchange, frame, turn, assembled, principal, spent_tokens)
             return self._settle(exchange, outcome=outcome, principal=principal, detail=detail)
-
-    def record_intent(self, call: ToolCall, *, principal: str, narrative: str = "") -> None:
-        """Journal ``control:tool_intent`` and mark the call running, before it executes (SPEC L9)."""
-        with transaction.atomic():
-            self._intent(call, principal=principal, narrative=narrative)
-
-    def _intent(self, call: ToolCall, *, principal: str, narrative: str) -> None:
-        payload = {"key": call.call_key, "name": call.tool, "arguments_hash": call.arguments_hash}
-        seq = self._append(call.session_id, EventKind.TOOL_INTENT, payload,
-                           f"s{call.session_id}:{narrative}{call.call_key}:intent",
-                           exchange_id=call.exchange_id, narrative=narrative)
-        self._transition(call, ToolCallStatus.RUNNING, principal=principal, extra={"seq": seq})
-        self._wake(call.session_id, seq)
-
-    def record_result(
-        self,
-        call: ToolCall,
-        *,
-        status: str,
-        content: str,
-        is_error: bool,
-        truncated: bool,
-        principal: str,
-        narrative: str = "",
-    ) -> None:
-        """Append ``tool_result`` + ``control:tool_done`` and settle the call's state."""
-        result = {"key": call.call_key, "name": call.tool, "content": content, "is_error": is_error,
-                  "status": status, "truncated": truncated}
-        with transaction.atomic():
-            first = self._append(call.session_id, EventKind.TOOL_RESULT, result,
-                                 f"s{call.session_id}:{narrative}{call.call_key}:result",
-                                 exchange_id=call.exchange_id, narrative=narrative)
-            done = self._append(call.session_id, EventKind.TOOL_DONE, {"key": call.call_key, "status": status},
-                                f"s{call.session_id}:{narrative}{call.call_key}:done",
-                                exchange_id=call.exchange_id, narrative=narrative)
-            call.result = content
-            call.is_error = is_error
-            self._transition(call, status, principal=principal,
-                             extra={"seq": first, "digest": events_digest([(first, EventKind.TOOL_RESULT, result)])})
-            self._wake(call.session_id, done)
-
-    def _transition(self, call: ToolCall, status: str, *, principal: str, extra: Mapping[str, Any]) -> None:
-        previous = call.status
-        call.status = status
-        call.updated_at = self.clock.now()
-        with connection.cursor() as cursor:
-            rows.set_call_state(cursor, call.pk, status=status, result=call.result, is_error=call.is_error,
-                                now=call.updated_at)
-        self.audit.append(
-            "loop.tool_call.transition", principal=principal, subject_type="tool_call", subject_id=str(call.pk),
-            payload={"key": call.call_key, "tool": call.tool, "from": previous, "to": status,
-                     "arguments_hash": call.arguments_hash, **extra},
-        )
-
-    def park(
-        self,
-        exchange: Exchange,
-        parked: Sequence[tuple[ToolCall, Callable[[], Mapping[str, Any]]]],
-        *,
-        principal: str,
-        question: str = "",
-    ) -> None:
-        """Park calls awaiting a human (SPEC A3): each ``park`` callback writes its durable approval
-        in this same transaction; the exchange ends AwaitingHuman and no worker waits."""
-        with transaction.atomic():
-            keys = []
-            for call, park in parked:
-                detail = dict(park())
-                self._transition(call, ToolCallStatus.AWAITING_HUMAN, principal=principal, extra={})
-                self._append(
-                    call.session_id, EventKind.APPROVAL_REQUESTED,
-                    {"key": call.call_key, "name": call.tool, "tool_call_id": call.pk, **detail},
-                    f"s{call.session_id}:{call.call_key}:approval:{call.updated_at.timestamp()}",
-                    exchange_id=exchange.pk,
-                )
-                keys.append(call.call_key)
-            Exchange.objects.filter(pk=exchange.pk).update(
-                status=ExchangeStatus.PARKED, outcome=Outcome.AWAITING_HUMAN, claim_token=""
-            )
-            seq = self._append(
-                exchange.session_id, EventKind.EXCHANGE_PARKED, {"calls": keys, "question": question},
-                f"s{exchange.session_id}:e{exchange.number}:parked:{len(keys)}:{self.clock.now().timestamp()}",
-                exchange_id=exchange.pk,
-            )
-            self.audit.append(
-                "loop.exchange.parked", principal=principal, subject_type="exchange", subject_id=str(exchange.pk),
-                payload={"calls": keys, "question": question[:500]},
-            )
-            self._wake(exchange.session_id, seq)
-        exchange.status, exchange.outcome, exchange.claim_token = ExchangeStatus.PARKED, Outcome.AWAITING_HUMAN, ""
 
     def settle(
         self, exchange: Exchange, *, outcome: str, principal: str, detail: Mapping[str, Any] | None = None
@@ -505,22 +270,6 @@ class Store:
                 payload={"code": code, "message": message[:300]},
             )
 
-    def take_awaiting(self, call: ToolCall, *, to_status: str, principal: str) -> bool:
-        """Move a call out of awaiting_human exactly once (a second resolver gets False)."""
-        with transaction.atomic():
-            if not _transition_if(call.pk, ToolCallStatus.AWAITING_HUMAN, to_status, self.clock.now()):
-                return False
-            call.refresh_from_db()
-            self.audit.append(
-                "loop.tool_call.transition", principal=principal, subject_type="tool_call", subject_id=str(call.pk),
-                payload={"key": call.call_key, "tool": call.tool, "from": ToolCallStatus.AWAITING_HUMAN,
-                         "to": to_status, "arguments_hash": call.arguments_hash},
-            )
-        return True
-
-    def awaiting_calls(self, exchange_id: int) -> int:
-        return ToolCall.objects.filter(exchange_id=exchange_id, status=ToolCallStatus.AWAITING_HUMAN).count()
-
     # --- scratchpad ---------------------------------------------------------------------------------
 
     def scratchpad_set(self, session_id: int, key: str, value: str, *, principal: str) -> None:
@@ -558,6 +307,4 @@ def build_receipt(
     }
 
 
-def _transition_if(call_id: int, from_status: str, to_status: str, now: Any) -> bool:
-    """A conditional state change: exactly one actor moves a call out of ``from_status``."""
-    return ToolCall.objects.filter(pk=call_id, status=from_status).update(status=to_status, updated_at=now) == 1
+__all__ = ["Admission", "ParsedCall", "Store", "build_receipt", "parse_arguments"]
