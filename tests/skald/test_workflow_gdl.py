@@ -194,3 +194,33 @@ def test_the_demo_playbook_parks_on_the_write_completes_after_approval_and_leave
     from proposals.models import Proposal
 
     assert Proposal.objects.filter(run=done, status="pending").count() == 1
+
+
+def test_the_wait_is_bounded_and_a_run_still_queued_at_the_deadline_answers_202(alice, api, world, provider,
+                                                                                 settings):
+    import time
+
+    from django_q.models import OrmQ
+
+    settings.SKALD_SYNC_TASKS = False  # no worker runs: the episode cannot end within the wait
+    settings.SKALD_GDL_WAIT_SECONDS = 1
+    started = time.monotonic()
+    response = launch(api, alice, world)
+    waited = time.monotonic() - started
+    assert response.status_code == 202 and response.json()["status"] == "queued"
+    assert 1.0 <= waited < 5.0
+    assert OrmQ.objects.count() == 1  # the run waits on the broker, not on the request
+    from skald.tasks import run_kernel_turn
+
+    run_kernel_turn(Exchange.objects.get().pk)  # a worker picks it up later
+    assert Run.objects.get().status == RunStatus.COMPLETED
+
+
+def test_an_operator_stops_a_parked_run_and_its_approval_is_cancelled(alice, api, world, provider):
+    provider["provider"] = LoopbackProvider([tool_turn(("write_file", {"path": "r.md", "content": "x"}))])
+    run = launch(api, alice, world).json()
+    response = api(alice).post(f"/api/runs/{run['id']}/stop/")
+    assert response.status_code == 202 and response.json()["status"] == "canceled"
+    assert PendingApproval.objects.get().status == "cancelled"
+    events = api(alice).get(f"/api/runs/{run['id']}/events/?after=0").json()["results"]
+    assert events[-1]["kind"] == "control:exchange_settled" and events[-1]["payload"] == {"outcome": "canceled"}
