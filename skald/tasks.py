@@ -65,3 +65,10 @@ def expire_approvals() -> int:
     from approvals.services import approvals_expire
 
     return approvals_expire()
+
+
+def repair_stale_exchanges() -> int:
+    """Scheduled every minute: repair turns whose worker died (typed interrupted results, R3)."""
+    from skald.sessions.services import repair_stale_exchanges as sweep
+
+    return sweep()

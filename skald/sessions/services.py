@@ -61,6 +61,28 @@ def session_message_submit(
     return exchange, replayed
 
 
+def repair_stale_exchanges() -> int:
+    """Sweep every session whose turn a dead worker left open (the minute schedule calls this), so
+    a crashed run does not look like it is running forever."""
+    from datetime import timedelta
+
+    from django.conf import settings
+
+    from skald.core import clock
+
+    stale_before = clock.now() - timedelta(seconds=settings.SKALD_CLAIM_STALE_SECONDS)
+    crashed = (Exchange.objects.filter(status=ExchangeStatus.OPEN, claimed_at__lt=stale_before)
+               .exclude(claim_token="").select_related("session")[:100])
+    repaired = 0
+    for exchange in crashed:
+        if repair_stale_exchange(session=exchange.session) is not None:
+            from skald.tasks import after_exchange
+
+            after_exchange(exchange.pk)
+            repaired += 1
+    return repaired
+
+
 def repair_stale_exchange(*, session: Session) -> Exchange | None:
     """A message to a session whose last exchange was claimed by a worker that died (its claim is
     older than any task may run) first repairs that exchange's dangling calls (SPEC R3)."""

@@ -68,3 +68,27 @@ def test_a_fresh_claim_is_not_a_crash(alice, settings):
     with pytest.raises(Conflict):
         session_message_submit(user=alice, session=session, content="again")
     assert Exchange.objects.get(request_key="busy").status == ExchangeStatus.OPEN
+
+
+def test_the_minute_sweep_repairs_a_crashed_run_nobody_messages_again(alice, settings, tmp_path):
+    from audit.actors import Actor
+    from loop.driver import admit_exchange
+    from skald.cases.services import case_create
+    from skald.core.ids import new_token
+    from skald.loop_adapters.runtime import build_env
+    from skald.models import Run, RunStatus
+    from skald.tasks import repair_stale_exchanges
+
+    settings.SKALD_SYNC_TASKS = False
+    seed_agents()
+    session = session_create(user=alice, agent="troubleshooter")
+    case = case_create(actor=Actor.system("t"), title="c")
+    now = clock.now()
+    Run.objects.create(case=case, session=session, ticket="t", launched_by=alice, launch_key=new_token(),
+                       status=RunStatus.RUNNING, created_at=now, updated_at=now)
+    exchange, _ = admit_exchange(build_env(session), request_key="k", content="go", claim_token="dead")
+    Exchange.objects.filter(pk=exchange.pk).update(claimed_at=now - timedelta(hours=1))
+    assert repair_stale_exchanges() == 1
+    assert Exchange.objects.get(pk=exchange.pk).error_code == "worker_lost"
+    assert Run.objects.get().status == RunStatus.FAILED
+    assert repair_stale_exchanges() == 0
