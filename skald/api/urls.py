@@ -7,10 +7,12 @@ from django.urls import include, path
 from approvals import api_pending
 from audit.api_replay import ReplayVerifyView
 from skald.api import cases, sessions
+from skald.api.inspect import InspectView
 
 urlpatterns = [
     path("approval/", include("approvals.urls")),
     path("audit/", include("audit.urls")),
+    path("inspect", InspectView.as_view(), name="inspect"),
     path("proposals/", include("proposals.urls")),
     path("runs/<int:run_id>/replay-verify", ReplayVerifyView.as_view(), name="run-replay-verify"),
     path("sessions/", sessions.SessionListCreate.as_view(), name="sessions"),
