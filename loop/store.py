@@ -160,9 +160,6 @@ class Store(CallWrites):
             ).update(claim_token=token, claimed_at=self.clock.now())
         return claimed == 1
 
-    def release(self, exchange_id: int, token: str) -> None:
-        Exchange.objects.filter(pk=exchange_id, claim_token=token).update(claim_token="")
-
     def reopen(self, exchange: Exchange, *, principal: str, reason: str) -> bool:
         """A parked exchange becomes open again (its approvals are answered) for a new driver."""
         with transaction.atomic():

@@ -230,3 +230,12 @@ def test_every_transition_is_in_a_chain_that_verifies(make_env):
     provider = LoopbackProvider([tool_turn(("echo", {"text": "x"})), text_turn("ok")])
     run_turns_keyed(make_env(provider), request_key="k", content="x")
     call_command("verify_chain")  # exits 0 (raises SystemExit otherwise)
+
+
+def test_with_the_deny_all_gate_no_tool_ever_runs(make_env, session):
+    from skald.loop_adapters.gates import DenyAllGate
+
+    provider = LoopbackProvider([tool_turn(("echo", {"text": "x"}), ("nap", {"seconds": 0})), text_turn("ok")])
+    run_turns_keyed(make_env(provider, gate=DenyAllGate()), request_key="k", content="x")
+    assert set(ToolCall.objects.filter(session=session).values_list("status", flat=True)) == {ToolCallStatus.REJECTED}
+    assert all(m.is_error for m in provider.calls[1].messages[-2:])
