@@ -239,3 +239,11 @@ def test_with_the_deny_all_gate_no_tool_ever_runs(make_env, session):
     run_turns_keyed(make_env(provider, gate=DenyAllGate()), request_key="k", content="x")
     assert set(ToolCall.objects.filter(session=session).values_list("status", flat=True)) == {ToolCallStatus.REJECTED}
     assert all(m.is_error for m in provider.calls[1].messages[-2:])
+
+
+def test_max_parallel_calls_bounds_a_fan_out(make_env):
+    calls = [("nap", {"seconds": 0.3}) for _ in range(4)]
+    provider = LoopbackProvider([tool_turn(*calls), text_turn("rested")])
+    started = time.monotonic()
+    run_turns_keyed(make_env(provider, bounds=Bounds(max_parallel_calls=2)), request_key="k", content="nap")
+    assert 0.6 <= time.monotonic() - started < 1.5  # two waves of two, not one wave of four
