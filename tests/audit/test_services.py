@@ -128,15 +128,19 @@ def test_a_chain_written_by_the_service_verifies_with_no_false_positive():
     assert (report.ok, report.rows, report.tip_seq) == (True, 21, 21)
 
 
-@pytest.mark.django_db
-def test_on_postgresql_appends_are_serialised_by_an_advisory_lock():
-    if connection.vendor != "postgresql":
-        pytest.skip("SQLite serialises with BEGIN IMMEDIATE")
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.db_sensitive
+def test_appends_hold_the_chain_lock_before_reading_the_head():
+    """PostgreSQL: an advisory lock precedes the head read. SQLite: every transaction begins
+    IMMEDIATE, so the write lock is held from BEGIN."""
     with CaptureQueriesContext(connection) as queries:
         append()
     sql = [q["sql"] for q in queries.captured_queries]
-    lock = next(i for i, s in enumerate(sql) if "pg_advisory_xact_lock" in s)
     head = next(i for i, s in enumerate(sql) if "FROM audit_auditevent" in s.replace('"', ''))
+    if connection.vendor == "postgresql":
+        lock = next(i for i, s in enumerate(sql) if "pg_advisory_xact_lock" in s)
+    else:
+        lock = next(i for i, s in enumerate(sql) if s.strip().upper() == "BEGIN IMMEDIATE")
     assert lock < head  # the lock is held before the head is read
 
 
