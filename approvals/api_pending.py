@@ -71,15 +71,18 @@ class ApprovalList(APIView):
         return Response(ApprovalSerializer(items, many=True).data)
 
 
+def _resolve_one(request: Request, **lookup: Any) -> Response:
+    body = ResolveSerializer(data=request.data)
+    body.is_valid(raise_exception=True)
+    return _accepted([pending_approval_resolve(resolver=caller(request), **lookup, **body.validated_data)])
+
+
 class ApprovalResolve(APIView):
     permission_classes = [roles(Role.APPROVER)]
 
     @extend_schema(request=ResolveSerializer, responses={202: ApprovalSerializer, **RESOLVE_ERRORS})
     def post(self, request: Request, request_id: str) -> Response:
-        body = ResolveSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        approval = pending_approval_resolve(resolver=caller(request), request_id=request_id, **body.validated_data)
-        return _accepted([approval])
+        return _resolve_one(request, request_id=request_id)
 
 
 class ToolCallResolve(APIView):
@@ -89,10 +92,7 @@ class ToolCallResolve(APIView):
 
     @extend_schema(request=ResolveSerializer, responses={202: ApprovalSerializer, **RESOLVE_ERRORS})
     def post(self, request: Request, tool_call_id: int) -> Response:
-        body = ResolveSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        approval = pending_approval_resolve(resolver=caller(request), tool_call_id=tool_call_id, **body.validated_data)
-        return _accepted([approval])
+        return _resolve_one(request, tool_call_id=tool_call_id)
 
 
 class BatchResolve(APIView):

@@ -3,14 +3,17 @@ dave the auditor, charlie the outsider) and authenticated API clients."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, User
 from rest_framework.test import APIClient
 from rest_framework_simplejwt.tokens import RefreshToken
 
+from loop.providers.loopback import LoopbackProvider
 from skald.core.roles import roles_ensure
+from skald.loop_adapters.runtime import set_provider_factory
 
 PASSWORD = "correct horse battery staple"
 
@@ -61,6 +64,19 @@ def api() -> Callable[[User | None], APIClient]:
         return client
 
     return build
+
+
+@pytest.fixture
+def script() -> Iterator[Callable[..., LoopbackProvider]]:
+    """``script(*turns, delay=…)`` → the one LoopbackProvider every agent of the test talks to."""
+
+    def install(*turns: Any, delay: float = 0.0) -> LoopbackProvider:
+        provider = LoopbackProvider(list(turns), delay=delay)
+        set_provider_factory(lambda agent: provider)
+        return provider
+
+    yield install
+    set_provider_factory(None)
 
 
 def pytest_configure(config: pytest.Config) -> None:

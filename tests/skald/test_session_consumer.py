@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -21,10 +21,9 @@ from rest_framework_simplejwt.tokens import AccessToken
 from loop.events import EventKind
 from loop.models import Session, SessionEvent
 from loop.providers.base import Delta, MessageEnd, ProviderRequest, TextDelta, UsageDelta
-from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
+from loop.providers.loopback import text_turn, tool_turn
 from skald.agents.seed import seed_agents
 from skald.asgi import application
-from skald.loop_adapters.runtime import set_provider_factory
 from skald.loop_adapters.translate import translate_event
 from skald.sessions import services
 from tests.conftest import make_user
@@ -45,17 +44,6 @@ async def close_consumer_connections() -> AsyncIterator[None]:
     """The consumer's database calls run on Channels' one sync thread: close its connection too."""
     yield
     await sync_to_async(connections.close_all)()
-
-
-@pytest.fixture
-def script() -> Iterator[Callable[..., LoopbackProvider]]:
-    def install(*turns: Any, delay: float = 0.0) -> LoopbackProvider:
-        provider = LoopbackProvider(list(turns), delay=delay)
-        set_provider_factory(lambda agent: provider)
-        return provider
-
-    yield install
-    set_provider_factory(None)
 
 
 @pytest.fixture

@@ -14,9 +14,9 @@ from loop.events import EventKind
 from loop.models import Exchange, ExchangeStatus, Outcome, Session, SessionEvent, ToolCall, ToolCallStatus
 from loop.ports import GateCall, GateVerdict, TurnScope
 from loop.providers.base import Delta, ProviderRequest
-from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
+from loop.providers.loopback import text_turn, tool_turn
 from skald.agents.seed import seed_agents
-from skald.loop_adapters.runtime import set_gate_factory, set_provider_factory
+from skald.loop_adapters.runtime import set_gate_factory
 from skald.tasks import run_kernel_turn
 
 AWS_KEY_ID = "AKIA" + "ABCDEFGHIJKLMNOP"
@@ -25,19 +25,6 @@ AWS_KEY_ID = "AKIA" + "ABCDEFGHIJKLMNOP"
 @pytest.fixture(autouse=True)
 def troubleshooter(db: None) -> None:
     seed_agents()
-
-
-@pytest.fixture
-def script() -> Iterator[Callable[..., LoopbackProvider]]:
-    """``script(*turns, delay=…)`` → the one LoopbackProvider every exchange of the test talks to."""
-
-    def install(*turns: Any, delay: float = 0.0) -> LoopbackProvider:
-        provider = LoopbackProvider(list(turns), delay=delay)
-        set_provider_factory(lambda agent: provider)
-        return provider
-
-    yield install
-    set_provider_factory(None)
 
 
 @pytest.fixture
