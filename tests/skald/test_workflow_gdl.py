@@ -224,3 +224,51 @@ def test_an_operator_stops_a_parked_run_and_its_approval_is_cancelled(alice, api
     assert PendingApproval.objects.get().status == "cancelled"
     events = api(alice).get(f"/api/runs/{run['id']}/events/?after=0").json()["results"]
     assert events[-1]["kind"] == "control:exchange_settled" and events[-1]["payload"] == {"outcome": "canceled"}
+
+
+def test_a_client_that_goes_away_ends_the_wait_and_never_the_run(alice, world, provider, settings):
+    """Through the real ASGI handler: the client disconnects while the launch waits."""
+    import asyncio
+    import json as jsonlib
+    import time
+
+    from rest_framework_simplejwt.tokens import RefreshToken
+
+    from skald.asgi import application
+
+    settings.SKALD_SYNC_TASKS = False  # no worker: the launch would wait its full 25 s
+    token = str(RefreshToken.for_user(alice).access_token)
+    body = jsonlib.dumps({"ticket": "502s"}).encode()
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+             "scheme": "http", "path": f"/workflow/cases/{world.pk}/gdl", "raw_path": b"", "query_string": b"",
+             "root_path": "", "headers": [(b"host", b"testserver"), (b"content-type", b"application/json"),
+                                          (b"content-length", str(len(body)).encode()),
+                                          (b"authorization", f"Bearer {token}".encode())],
+             "client": ("127.0.0.1", 1), "server": ("testserver", 80)}
+    sent: list[dict] = []
+
+    async def scenario() -> float:
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def receive() -> dict:
+            if messages:
+                return messages.pop(0)
+            await asyncio.sleep(0.5)  # the client waits a little, then goes away
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        started = time.monotonic()
+        await asyncio.wait_for(application(scope, receive, send), timeout=15)
+        return time.monotonic() - started
+
+    elapsed = asyncio.run(scenario())
+    assert 0.5 <= elapsed < 5, f"the wait went on for {elapsed:.1f} s after the client left"
+    assert not any(message["type"] == "http.response.start" for message in sent)  # nobody left to answer
+    run = Run.objects.get()
+    assert run.status == RunStatus.QUEUED  # the run is untouched: it waits for a worker
+    from skald.tasks import run_kernel_turn
+
+    run_kernel_turn(Exchange.objects.get().pk)
+    assert Run.objects.get().status == RunStatus.COMPLETED
