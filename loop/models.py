@@ -136,7 +136,8 @@ TERMINAL_TOOL_CALL_STATUSES = frozenset(
 class ToolCall(models.Model):
     """A tool call's state machine (SPEC L9, R1). ``call_key`` is ``e{exchange}:t{turn}:c{index}``."""
 
-    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="tool_calls")
+    # No index of its own: the (session, status) index leads with it.
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="tool_calls", db_index=False)
     exchange = models.ForeignKey(Exchange, on_delete=models.CASCADE, related_name="tool_calls")
     frame = models.ForeignKey(Frame, on_delete=models.CASCADE, related_name="tool_calls")
     turn = models.PositiveIntegerField()
@@ -166,7 +167,8 @@ class ToolCall(models.Model):
 class SessionEvent(models.Model):
     """An append-only narrative row. ``seq`` is per session; ``idempotency_key`` is global."""
 
-    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="events")
+    # No index of its own: the unique (session, seq) constraint leads with it.
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="events", db_index=False)
     seq = models.PositiveBigIntegerField()
     exchange = models.ForeignKey(Exchange, null=True, blank=True, on_delete=models.CASCADE, related_name="events")
     kind = models.CharField(max_length=48)
