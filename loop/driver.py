@@ -9,6 +9,7 @@ both in one call (tests, benchmarks, in-process callers).
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -156,6 +157,10 @@ def drive_exchange(
     return ExchangeResult(exchange.pk, outcome, exchange.receipt)
 
 
+def _fresh_key() -> str:
+    return secrets.token_hex(16)
+
+
 def run_turns_keyed(
     env: LoopEnv, *, request_key: str, content: str, cancel: CancelToken | None = None, claim_token: str = "inline"  # noqa: S107 - a claim label, not a secret
 ) -> ExchangeResult:
@@ -167,9 +172,11 @@ def run_turns_keyed(
     return drive_exchange(env, exchange, claim_token=claim_token, cancel=cancel)
 
 
-def run_turns(env: LoopEnv, *, content: str, request_key: str, cancel: CancelToken | None = None) -> ExchangeResult:
-    """Convenience: always a new exchange (the caller mints a fresh ``request_key``)."""
-    return run_turns_keyed(env, request_key=request_key, content=content, cancel=cancel)
+def run_turns(
+    env: LoopEnv, *, content: str, cancel: CancelToken | None = None, new_key: Callable[[], str] = _fresh_key
+) -> ExchangeResult:
+    """Convenience: always a new exchange, under a freshly minted request key."""
+    return run_turns_keyed(env, request_key=new_key(), content=content, cancel=cancel)
 
 
 def _outcome_from_row(exchange: Exchange) -> RunOutcome:

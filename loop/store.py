@@ -91,9 +91,6 @@ class Store(CallWrites):
         window.reverse()
         return window, capped
 
-    def events_after(self, session_id: int, after: int, limit: int) -> list[SessionEvent]:
-        return list(SessionEvent.objects.filter(session_id=session_id, seq__gt=after).order_by("seq")[:limit])
-
     # --- exchanges ------------------------------------------------------------------------------
 
     def admit(

@@ -247,3 +247,12 @@ def test_max_parallel_calls_bounds_a_fan_out(make_env):
     started = time.monotonic()
     run_turns_keyed(make_env(provider, bounds=Bounds(max_parallel_calls=2)), request_key="k", content="nap")
     assert 0.6 <= time.monotonic() - started < 1.5  # two waves of two, not one wave of four
+
+
+def test_run_turns_always_mints_a_new_exchange(make_env):
+    from loop.driver import run_turns
+
+    provider = LoopbackProvider([text_turn("a"), text_turn("b")])
+    first = run_turns(make_env(provider), content="same words")
+    second = run_turns(make_env(provider), content="same words")
+    assert first.exchange_id != second.exchange_id and len(provider.calls) == 2
