@@ -122,7 +122,10 @@ def main() -> int:
         base = f"http://{display_host}:{port}"
         if _wait_until_serving(f"{base}/healthz", daphne, lambda: stopping):
             print(f"\nSkald is running.\n  admin:    {base}/admin/\n  API docs: {base}/api/docs/\n"
-                  f"  console:  {base}/console/\n  ready:    {base}/readyz\nPress Ctrl-C to stop.\n", flush=True)
+                  f"  console:  {base}/console/\n  ready:    {base}/readyz\n"
+                  "A first governed run: log in to the admin as operator, Cases → tick the demo case → "
+                  "action \"Launch GDL run\"; then as approver, Pending approvals → approve the diff; then as "
+                  "reviewer, Proposals → accept.\nPress Ctrl-C to stop.\n", flush=True)
         while not stopping:
             for child in children:
                 if child.poll() is not None:
