@@ -36,7 +36,7 @@ from loop.outcomes import (
 )
 from loop.ports import AgentSpec, EventBus, Gate, ToolDiscovery, TurnScope
 from loop.providers.base import LlmProvider, ProviderRequest
-from loop.steps import FinalStep, ParkStep, RunAgain, Step, classify_turn
+from loop.steps import FinalStep, ParkStep, Step, classify_turn
 from loop.store import Store
 from loop.tools.execute import ToolOutcome
 from loop.tools.fanout import RoundEnv, journal_upfront, run_round
@@ -249,26 +249,24 @@ def _loop(env: LoopEnv, exchange: Exchange, token: CancelToken) -> RunOutcome:
         except ProviderError as exc:
             _persist_ledger(exchange, authority)
             return _settle(env, exchange, ProviderFailed(code=exc.code, message=str(exc)))
-        if not assembled.tool_calls:  # the last turn: its message end and the settlement commit together
-            answer = Completed(answer=assembled.text)
+        step: Step = classify_turn(assembled, turn=turn, max_turns=env.bounds.max_turns)
+        if isinstance(step, FinalStep) and not step.cap_reached:
+            # The last turn: its message end and the settlement commit together.
             env.store.finish_turn(exchange=exchange, frame=frame, turn=turn, assembled=assembled,
                                   principal=env.principal, spent_tokens=authority.spent_tokens,
-                                  outcome=answer.name, detail=_detail(answer))
-            return answer
+                                  outcome=step.outcome.name, detail=_detail(step.outcome))
+            return step.outcome
         names = [c.name for c in assembled.tool_calls]
-        journal = journal_upfront(env.tools, names) if turn < env.bounds.max_turns else 0
+        journal = 0 if isinstance(step, FinalStep) else journal_upfront(env.tools, names)
         calls = env.store.record_message_end(exchange=exchange, frame=frame, turn=turn, assembled=assembled,
                                              principal=env.principal, spent_tokens=authority.spent_tokens,
                                              journal=journal)
-        step: Step = classify_turn(assembled, calls, turn=turn, max_turns=env.bounds.max_turns)
-        if isinstance(step, FinalStep):
-            if step.cap_reached:
-                for call, _parsed in calls:  # complete the group without running anything
-                    env.store.record_result(call, status=ToolCallStatus.CANCELLED, is_error=True, truncated=False,
-                                            content="not executed: the turn cap was reached",
-                                            principal=env.principal, narrative=env.narrative)
+        if isinstance(step, FinalStep):  # the turn cap: complete the group without running anything
+            for call, _parsed in calls:
+                env.store.record_result(call, status=ToolCallStatus.CANCELLED, is_error=True, truncated=False,
+                                        content="not executed: the turn cap was reached",
+                                        principal=env.principal, narrative=env.narrative)
             return _settle(env, exchange, step.outcome)
-        assert isinstance(step, RunAgain)
         result = run_round(round_env, calls, token)
         if result.canceled:
             return _settle(env, exchange, Canceled(token.reason or "stop requested"))

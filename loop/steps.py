@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from loop.outcomes import Completed, RunOutcome, TurnCapReached
 from loop.providers.base import AssembledTurn
@@ -29,8 +27,9 @@ class ParkStep:
 Step = RunAgain | FinalStep | ParkStep
 
 
-def classify_turn(assembled: AssembledTurn, calls: Sequence[Any], *, turn: int, max_turns: int) -> Step:
-    if not calls:
+def classify_turn(assembled: AssembledTurn, *, turn: int, max_turns: int) -> Step:
+    """What follows a finished model turn: the answer, the turn cap, or a tool round."""
+    if not assembled.tool_calls:
         return FinalStep(Completed(answer=assembled.text))
     if turn >= max_turns:
         return FinalStep(TurnCapReached(turns=turn), cap_reached=True)
