@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from loop.dispatch import message_size
 from loop.events import EventKind
-from loop.masking import find_tripwires, mask_text
+from loop.masking import mask_text, withhold_credentials
 from loop.projection import EventRow, Folder, ProjectionError, window_start
 from loop.providers.base import Message
 from loop.store import Store
@@ -20,10 +20,8 @@ _CACHE_SESSIONS = 256
 
 def mask_for_provider(text: str) -> str:
     """PII masked; content matching a credential tripwire is withheld (SPEC L16)."""
-    markers = find_tripwires(text)
-    if markers:
-        return f"[content withheld: it matched credential markers ({', '.join(markers)})]"
-    return mask_text(text).text
+    withheld = withhold_credentials(text)
+    return withheld if withheld is not text else mask_text(text).text
 
 
 @dataclass

@@ -25,6 +25,7 @@ __all__ = [
     "find_tripwires",
     "mask_text",
     "screen_for_provider",
+    "withhold_credentials",
 ]
 
 
@@ -367,6 +368,14 @@ def find_tripwires(text: str) -> list[str]:
         for marker in _MARKERS
         if (marker.needle is None or marker.needle in lowered) and _marker_present(marker, text)
     ]
+
+
+def withhold_credentials(text: str, *, what: str = "content") -> str:
+    """``text`` unchanged, or a notice naming the markers it matched in its place (never the values)."""
+    markers = find_tripwires(text)
+    if markers:
+        return f"[{what} withheld: it matched credential markers ({', '.join(markers)})]"
+    return text
 
 
 def screen_for_provider(text: str) -> str:

@@ -13,7 +13,7 @@ from typing import Literal
 from loop.driver import LoopEnv, drive_exchange
 from loop.models import Exchange, ExchangeStatus, Outcome, ToolCall, ToolCallStatus
 from loop.outcomes import Canceled, ExchangeResult
-from loop.store import ParsedCall, parse_arguments
+from loop.store import ParsedCall
 from loop.tools.fanout import RoundEnv, run_round
 
 Resolution = Literal["approve", "reject", "expire", "answer", "close"]
@@ -43,7 +43,7 @@ def resolve_pending(
         round_env = RoundEnv(store=store, tools=env.tools, gate=env.gate, scope=env.scope, bounds=env.bounds,
                              principal=env.principal, narrative=narrative)
         parsed = ParsedCall(key=call.call_key, provider_id=call.provider_call_id, name=call.tool,
-                            raw_arguments="", arguments=parse_arguments_of(call))
+                            raw_arguments="", arguments=dict(call.arguments))
         from loop.cancellation import CancelToken
 
         run_round(round_env, [(call, parsed)], CancelToken(), skip_gate_for=frozenset({call.pk}))
@@ -66,11 +66,6 @@ def resolve_pending(
         return None
     exchange.refresh_from_db()
     return drive_exchange(env, exchange, claim_token=claim_token)
-
-
-def parse_arguments_of(call: ToolCall) -> dict | None:
-    """The stored, parsed arguments of a call (the hash the human approved covers exactly these)."""
-    return dict(call.arguments) if isinstance(call.arguments, dict) else parse_arguments(str(call.arguments))
 
 
 INTERRUPTED_RESULT = "interrupted: the worker driving this call stopped before it finished; it was not retried"

@@ -6,16 +6,16 @@ keeps one truthful view without a multiprocess registry.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from django.db.models import Count, Sum
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 
 class StoreCollector(Collector):
-    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         from audit.kinds import AuditKind
         from audit.models import AuditEvent
         from loop.models import Exchange
@@ -44,10 +44,11 @@ class StoreCollector(Collector):
             yield from extra()
 
 
-_extra_collectors: list = []
+MetricSource = Callable[[], Iterable[Metric]]
+_extra_collectors: list[MetricSource] = []
 
 
-def register_collector(fn) -> None:  # type: ignore[no-untyped-def]
+def register_collector(fn: MetricSource) -> None:
     """Apps add metric families (approvals, compaction probes) without this module importing them."""
     _extra_collectors.append(fn)
 

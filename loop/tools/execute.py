@@ -17,7 +17,7 @@ from django.db import connections
 from loop.bounds import truncate_output
 from loop.cancellation import CancelToken
 from loop.errors import HumanNeeded, ToolError
-from loop.masking import CredentialTripwire, find_tripwires
+from loop.masking import CredentialTripwire, withhold_credentials
 from loop.ports import Tool, ToolContext
 
 logger = logging.getLogger(__name__)
@@ -29,14 +29,6 @@ class ToolOutcome:
     content: str
     is_error: bool
     truncated: bool = False
-
-
-def _guard_output(text: str) -> str:
-    # A credential in a tool's output never enters history (and so never reaches a provider).
-    markers = find_tripwires(text)
-    if markers:
-        return f"[tool output withheld: it matched credential markers ({', '.join(markers)})]"
-    return text
 
 
 def execute_tool(
@@ -73,5 +65,7 @@ def execute_tool(
     if error is not None:
         logger.warning("tool %s crashed: %r", tool.name, error)
         return ToolOutcome("failed", f"tool error: {tool.name} failed ({type(error).__name__})", True)
-    text, truncated = truncate_output(_guard_output(str(box.get("value", ""))), output_cap)
+    # A credential in a tool's output never enters history (and so never reaches a provider).
+    guarded = withhold_credentials(str(box.get("value", "")), what="tool output")
+    text, truncated = truncate_output(guarded, output_cap)
     return ToolOutcome("completed", text, False, truncated)

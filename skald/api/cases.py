@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import transaction
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
@@ -13,8 +11,8 @@ from rest_framework.views import APIView
 
 from audit.actors import Actor
 from skald.api.errors_schema import error_responses
-from skald.api.permissions import caller, roles
-from skald.api.sessions import MAX_EVENTS_PAGE, EventSerializer, _int_param
+from skald.api.permissions import caller, read_or_write, roles
+from skald.api.sessions import EventSerializer, events_page
 from skald.cases import runs as run_services
 from skald.cases import selectors
 from skald.cases.services import case_create, case_update
@@ -22,6 +20,7 @@ from skald.core.roles import Role
 from skald.models import Case, CaseLog, Run
 
 ANY_ROLE = roles(Role.OPERATOR, Role.APPROVER, Role.REVIEWER, Role.AUDITOR, Role.WORKFLOW)
+OPERATORS_WRITE = read_or_write(read=ANY_ROLE, write=roles(Role.OPERATOR))
 
 
 class CaseLogSerializer(serializers.ModelSerializer):
@@ -64,14 +63,8 @@ class RunSerializer(serializers.ModelSerializer):
                   "handoff_question", "closed_by_human", "created_at", "updated_at", "finished_at"]
 
 
-def _writer(request: Request) -> bool:
-    from skald.core.roles import has_role
-
-    return has_role(request.user, Role.OPERATOR)
-
-
 class CaseListCreate(APIView):
-    permission_classes = [ANY_ROLE]
+    permission_classes = [OPERATORS_WRITE]
 
     @extend_schema(responses={200: CaseSerializer(many=True), **error_responses()})
     def get(self, request: Request) -> Response:
@@ -79,10 +72,6 @@ class CaseListCreate(APIView):
 
     @extend_schema(request=CaseInput, responses={201: CaseSerializer, **error_responses(_400="invalid")})
     def post(self, request: Request) -> Response:
-        if not _writer(request):
-            from skald.core.errors import Forbidden
-
-            raise Forbidden("Only operators write cases.")
         body = CaseInput(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
@@ -93,7 +82,7 @@ class CaseListCreate(APIView):
 
 
 class CaseDetail(APIView):
-    permission_classes = [ANY_ROLE]
+    permission_classes = [OPERATORS_WRITE]
 
     @extend_schema(responses={200: CaseSerializer, **error_responses(_404="case_not_found")})
     def get(self, request: Request, case_id: int) -> Response:
@@ -102,10 +91,6 @@ class CaseDetail(APIView):
     @extend_schema(request=CaseUpdateInput,
                    responses={200: CaseSerializer, **error_responses(_400="invalid", _404="case_not_found")})
     def patch(self, request: Request, case_id: int) -> Response:
-        if not _writer(request):
-            from skald.core.errors import Forbidden
-
-            raise Forbidden("Only operators write cases.")
         case = selectors.case_get(case_id=case_id)
         body = CaseUpdateInput(data=request.data, partial=True)
         body.is_valid(raise_exception=True)
@@ -142,11 +127,7 @@ class RunEvents(APIView):
                    responses={200: EventSerializer(many=True), **error_responses(_404="run_not_found")})
     def get(self, request: Request, run_id: int) -> Response:
         run = selectors.run_get(user=caller(request), run_id=run_id)
-        after, limit = _int_param(request, "after", 0), _int_param(request, "limit", 100)
-        events = run_services.run_events(run=run, after=after, limit=min(max(limit, 1), MAX_EVENTS_PAGE))
-        body: dict[str, Any] = {"results": EventSerializer(events, many=True).data,
-                                "last_seq": events[-1].seq if events else after}
-        return Response(body)
+        return Response(events_page(request, run.session))
 
 
 class RunStop(APIView):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
-from rest_framework.permissions import BasePermission
+from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.request import Request
 
 from skald.core.roles import Role, has_role
@@ -27,6 +27,19 @@ def caller(request: Request) -> AbstractBaseUser:
     user = request.user
     assert isinstance(user, AbstractBaseUser), "role permissions admit authenticated users only"
     return user
+
+
+def read_or_write(*, read: type[BasePermission], write: type[BasePermission]) -> type[BasePermission]:
+    """``read`` decides safe methods, ``write`` the others (e.g. operators write, others read)."""
+
+    class ReadOrWrite(BasePermission):
+        message = "Your role does not allow this."
+
+        def has_permission(self, request: Request, view: Any) -> bool:
+            chosen = read if request.method in SAFE_METHODS else write
+            return chosen().has_permission(request, view)
+
+    return ReadOrWrite
 
 
 def roles(*required: Role) -> type[RoleRequired]:

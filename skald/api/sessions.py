@@ -121,14 +121,7 @@ class SessionEvents(APIView):
     )
     def get(self, request: Request, session_id: int) -> Response:
         session = selectors.session_get(user=caller(request), session_id=session_id)
-        after, limit = _int_param(request, "after", 0), _int_param(request, "limit", 100)
-        events = selectors.events_after(session=session, after=after, limit=min(max(limit, 1), MAX_EVENTS_PAGE))
-        data: dict[str, Any] = {
-            "results": EventSerializer(events, many=True).data,
-            "last_seq": events[-1].seq if events else after,
-            "more": bool(events) and events[-1].seq < session.last_seq,
-        }
-        return Response(data)
+        return Response(events_page(request, session))
 
 
 class SessionStop(APIView):
@@ -145,7 +138,8 @@ class SessionStop(APIView):
 
 
 
-def _int_param(request: Request, name: str, default: int) -> int:
+def int_param(request: Request, name: str, default: int) -> int:
+    """A non-negative integer query parameter; anything else is a validation error."""
     raw = request.query_params.get(name)
     if raw is None:
         return default
@@ -156,3 +150,14 @@ def _int_param(request: Request, name: str, default: int) -> int:
     if value < 0:
         raise serializers.ValidationError({name: ["must not be negative"]})
     return value
+
+
+def events_page(request: Request, session: Session) -> dict[str, Any]:
+    """One page of a session's events after ``?after=``: what the session and run routes answer."""
+    after, limit = int_param(request, "after", 0), int_param(request, "limit", 100)
+    events = selectors.events_after(session=session, after=after, limit=min(max(limit, 1), MAX_EVENTS_PAGE))
+    return {
+        "results": EventSerializer(events, many=True).data,
+        "last_seq": events[-1].seq if events else after,
+        "more": bool(events) and events[-1].seq < session.last_seq,
+    }

@@ -15,7 +15,7 @@ from audit.kinds import AuditKind
 from audit.services import audit_append
 from loop.driver import admit_exchange
 from loop.events import EventKind
-from loop.models import Exchange, ExchangeStatus, Outcome, SessionEvent, ToolCall, ToolCallStatus
+from loop.models import Exchange, ExchangeStatus, Outcome, ToolCall, ToolCallStatus
 from skald.core import clock
 from skald.core.errors import Conflict, NotFound
 from skald.loop_adapters.runtime import build_env
@@ -117,10 +117,8 @@ def run_sync_from_exchange(exchange_id: int) -> Run | None:
 
 
 def _capture(run: Run) -> None:
-    try:
-        from proposals.services import capture_proposals_on_resolve
-    except ImportError:  # pragma: no cover - the proposals app always ships with Skald
-        return
+    from proposals.services import capture_proposals_on_resolve  # proposals import runs: keep it late
+
     capture_proposals_on_resolve(run=run)
 
 
@@ -184,7 +182,3 @@ def run_stop(*, user: AbstractBaseUser, run: Run) -> Run:
         run_sync_from_exchange(exchange.pk)
     run.refresh_from_db()
     return run
-
-
-def run_events(*, run: Run, after: int, limit: int) -> list[SessionEvent]:
-    return list(SessionEvent.objects.filter(session_id=run.session_id, seq__gt=after).order_by("seq")[:limit])

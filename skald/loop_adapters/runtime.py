@@ -77,11 +77,11 @@ def deployment_bounds() -> Bounds:
 
 
 def session_extras(session: Session) -> dict[str, Any]:
-    run = getattr(session, "run", None) if hasattr(session, "run") else None
-    try:
-        return {"case_id": run.case_id, "run_id": run.pk} if run is not None else {}
-    except Exception:  # noqa: BLE001 - a session without a run has no case
-        return {}
+    """What a session's tools may know about its run: the case (``read_logs``) and the run."""
+    from skald.models import Run
+
+    run = Run.objects.filter(session_id=session.pk).values("pk", "case_id").first()
+    return {"case_id": run["case_id"], "run_id": run["pk"]} if run is not None else {}
 
 
 def build_env(session: Session, *, exchange_id: int = 0, hooks: LoopHooks | None = None) -> LoopEnv:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
+from django.db.models import QuerySet
 
 from loop.driver import InputRefused, admit_exchange
 from loop.errors import HarnessError, HookError
 from loop.models import Exchange, ExchangeStatus, Session
+from loop.recovery import repair_dangling
+from skald.core import clock
 from skald.core.errors import Conflict, SkaldError
 from skald.core.ids import new_token
 from skald.loop_adapters.catalog import AgentRowCatalog
@@ -61,45 +67,35 @@ def session_message_submit(
     return exchange, replayed
 
 
+def _stale_exchanges() -> QuerySet[Exchange]:
+    """Open exchanges claimed longer ago than any task may run: their worker died."""
+    stale_before = clock.now() - timedelta(seconds=settings.SKALD_CLAIM_STALE_SECONDS)
+    return Exchange.objects.filter(status=ExchangeStatus.OPEN, claimed_at__lt=stale_before).exclude(claim_token="")
+
+
+def _repair(exchange: Exchange) -> None:
+    repair_dangling(build_env(exchange.session, exchange_id=exchange.pk), exchange,
+                    reason=f"claim {exchange.claim_token[:8]} held since {exchange.claimed_at:%Y-%m-%d %H:%M:%S} UTC")
+
+
 def repair_stale_exchanges() -> int:
     """Sweep every session whose turn a dead worker left open (the minute schedule calls this), so
     a crashed run does not look like it is running forever."""
-    from datetime import timedelta
+    from skald.tasks import after_exchange
 
-    from django.conf import settings
-
-    from skald.core import clock
-
-    stale_before = clock.now() - timedelta(seconds=settings.SKALD_CLAIM_STALE_SECONDS)
-    crashed = (Exchange.objects.filter(status=ExchangeStatus.OPEN, claimed_at__lt=stale_before)
-               .exclude(claim_token="").select_related("session")[:100])
-    repaired = 0
+    crashed = list(_stale_exchanges().select_related("session")[:100])
     for exchange in crashed:
-        if repair_stale_exchange(session=exchange.session) is not None:
-            from skald.tasks import after_exchange
-
-            after_exchange(exchange.pk)
-            repaired += 1
-    return repaired
+        _repair(exchange)
+        after_exchange(exchange.pk)
+    return len(crashed)
 
 
 def repair_stale_exchange(*, session: Session) -> Exchange | None:
     """A message to a session whose last exchange was claimed by a worker that died (its claim is
     older than any task may run) first repairs that exchange's dangling calls (SPEC R3)."""
-    from datetime import timedelta
-
-    from django.conf import settings
-
-    from loop.recovery import repair_dangling
-    from skald.core import clock
-
-    stale_before = clock.now() - timedelta(seconds=settings.SKALD_CLAIM_STALE_SECONDS)
-    crashed = Exchange.objects.filter(session=session, status=ExchangeStatus.OPEN, claimed_at__lt=stale_before).exclude(
-        claim_token="").first()
-    if crashed is None:
-        return None
-    repair_dangling(build_env(session, exchange_id=crashed.pk), crashed,
-                    reason=f"claim {crashed.claim_token[:8]} held since {crashed.claimed_at:%Y-%m-%d %H:%M:%S} UTC")
+    crashed = _stale_exchanges().filter(session=session).select_related("session").first()
+    if crashed is not None:
+        _repair(crashed)
     return crashed
 
 

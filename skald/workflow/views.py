@@ -10,7 +10,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
@@ -125,8 +125,6 @@ def _final(run_id: int, created: bool) -> HttpResponse:
 
 
 def _json(data: Any, status: int) -> HttpResponse:
-    from django.http import JsonResponse
-
     return JsonResponse(data, status=status, safe=False)
 
 

@@ -81,6 +81,9 @@ def test_a_capped_window_starts_at_a_user_row_so_no_group_is_split():
         window_start([result(1, "k", "echo")], capped=True)
 
 
-def test_it_is_deterministic_and_uses_no_io():
+@pytest.mark.django_db
+def test_it_is_deterministic_and_touches_no_database(django_assert_num_queries):
     rows = [user(1), assistant(2, ("e1:t1:c0", "echo")), result(3, "e1:t1:c0", "echo")]
-    assert project(rows) == project(list(rows))
+    with django_assert_num_queries(0):
+        first = project(rows)
+    assert first == project(list(rows))

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.urls import get_resolver
 
@@ -22,21 +24,36 @@ def test_it_refuses_a_bad_login_with_a_code(alice, client):
     assert response.json()["code"] == "no_active_account"
 
 
-def _api_routes() -> list[str]:
-    routes = []
-    for pattern in get_resolver().url_patterns:
-        if str(pattern.pattern) == "api/":
-            for sub in pattern.url_patterns:
-                routes.append(str(sub.pattern))
-    return routes
+PUBLIC = ("auth/token/", "auth/token/refresh/", "schema/", "docs/")
 
 
-def test_it_answers_401_with_a_code_on_every_protected_api_route(client):
-    response = client.get("/api/audit/verify")
-    assert response.status_code == 401
-    body = response.json()
-    assert body["code"] == "not_authenticated"
-    assert set(body) == {"code", "message", "extra"}
+def _routes(prefix: str) -> list[str]:
+    """Every route under ``prefix``, with path parameters filled in."""
+    found: list[str] = []
+
+    def walk(patterns, base: str) -> None:
+        for pattern in patterns:
+            text = base + str(pattern.pattern)
+            if hasattr(pattern, "url_patterns"):
+                walk(pattern.url_patterns, text)
+            else:
+                found.append(re.sub(r"<(?:str|int):\w+>", "1", text))
+
+    for top in get_resolver().url_patterns:
+        if str(top.pattern) == prefix:
+            walk(top.url_patterns, prefix)
+    return found
+
+
+def test_every_protected_api_and_workflow_route_answers_401_with_a_code(client):
+    routes = [r for r in _routes("api/") if r.removeprefix("api/") not in PUBLIC] + _routes("workflow/")
+    assert len(routes) > 20
+    for route in routes:
+        for method in (client.get, client.post):
+            response = method("/" + route)
+            assert response.status_code == 401, (route, response.status_code)
+            body = response.json()
+            assert set(body) == {"code", "message", "extra"} and body["code"] == "not_authenticated", route
 
 
 def test_schema_and_docs_are_public(client):
