@@ -89,9 +89,12 @@ def admit_exchange(
 
     Returns ``(exchange, replayed)``; a replayed exchange wrote nothing.
     """
-    existing = Exchange.objects.filter(session_id=env.scope.session_id, request_key=request_key).first()
-    if existing is not None:
-        return existing, True
+    if env.hooks.configured(HookPoint.BEFORE_START):
+        # An exact retry is answered before the policy runs: it admits nothing. Without a policy
+        # the store's own admission answers it, in the same query that checks the session.
+        existing = Exchange.objects.filter(session_id=env.scope.session_id, request_key=request_key).first()
+        if existing is not None:
+            return existing, True
     markers = find_tripwires(content)
     if markers:
         raise InputRefused(f"the message matches credential markers ({', '.join(markers)}); it was not stored")
@@ -138,13 +141,16 @@ def drive_exchange(
     """Claim and drive an open exchange to a settled or parked outcome."""
     if exchange.status == ExchangeStatus.SETTLED:
         return ExchangeResult(exchange.pk, _outcome_from_row(exchange), exchange.receipt, replayed=True)
-    if exchange.claim_token != claim_token and not env.store.claim(exchange.pk, claim_token):
+    claimed_at_admission = exchange.claim_token == claim_token
+    if not claimed_at_admission and not env.store.claim(exchange.pk, claim_token):
         raise HarnessError(f"exchange {exchange.pk} is not open or is claimed by another driver", code="claim_refused")
     exchange.claim_token = claim_token
     token = cancel or CancelToken()
     try:
         _hook(env, HookPoint.BEFORE_INPUT, exchange.pk, {"turns": exchange.turns})
-        if env.store.cancel_requested(exchange.pk):
+        # A stop made while the exchange waited for a worker counts at once (the watcher polls
+        # after that); one claimed with its admission a moment ago has had no time to be stopped.
+        if not claimed_at_admission and env.store.cancel_requested(exchange.pk):
             token.cancel("stop requested")
         with _CancelWatcher(env.store, exchange.pk, token, env.cancel_poll_interval):
             outcome = _loop(env, exchange, token)
