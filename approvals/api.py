@@ -15,8 +15,8 @@ from rest_framework.views import APIView
 from approvals.engine import ACTIONS, Decision
 from approvals.policy import decide
 from approvals.selectors import agent_exists, tools_catalog, user_id_resolve
-from skald.api.errors_schema import error_responses
-from skald.api.permissions import roles
+from skald.core.api.errors_schema import error_responses
+from skald.core.api.permissions import roles
 from skald.core.roles import Role
 
 _RULE_FIELDS = {

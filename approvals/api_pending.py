@@ -14,8 +14,8 @@ from rest_framework.views import APIView
 from approvals import selectors_pending
 from approvals.models import ApprovalStatus, PendingApproval
 from approvals.services import pending_approval_resolve
-from skald.api.errors_schema import error_responses
-from skald.api.permissions import caller, roles
+from skald.core.api.errors_schema import error_responses
+from skald.core.api.permissions import caller, roles
 from skald.core.roles import Role
 
 RESOLVE_ERRORS = error_responses(

@@ -9,6 +9,8 @@ from django.db.models import Q
 
 from approvals.engine import RuleSet, RuleView
 from approvals.models import ApprovalRule, KnownTool, SecurityGroup, ToolCategory
+from skald.models import Agent
+from skald.plugins import sockets
 
 GLOBAL_SET = "global"
 
@@ -75,14 +77,12 @@ def tools_catalog() -> list[dict[str, Any]]:
     A name appears once, under the first category that knows it: registry, interface, dynamic.
     One query (the known tools).
     """
-    from skald.tools.catalog import BUILTIN_TOOLS
-
     catalog: dict[str, dict[str, Any]] = {}
 
     def add(name: str, category: str, description: str) -> None:
         catalog.setdefault(name, {"name": name, "category": category, "description": description})
 
-    for spec in BUILTIN_TOOLS.specs():
+    for spec in sockets.tools.specs():
         add(spec.name, ToolCategory.REGISTRY.value, spec.description)
     for name, description in INTERFACE_TOOLS:
         add(name, ToolCategory.INTERFACE.value, description)
@@ -101,6 +101,4 @@ def user_id_resolve(ref: str) -> int | None:
 
 
 def agent_exists(name: str) -> bool:
-    from skald.models import Agent
-
     return Agent.objects.filter(name=name).exists()

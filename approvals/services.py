@@ -18,8 +18,8 @@ from loop.digest import arguments_hash
 from loop.providers.base import ToolSpec
 from skald.core import clock
 from skald.core.errors import Conflict, Forbidden, NotFound, SkaldError
+from skald.core.queue import enqueue_on_commit
 from skald.core.roles import Role, has_role
-from skald.queue import enqueue_on_commit
 
 
 def known_tools_record(*, specs: Sequence[ToolSpec], category: str = ToolCategory.DYNAMIC) -> int:

@@ -12,8 +12,8 @@ from rest_framework.views import APIView
 
 from audit.chain import VerifyReport
 from audit.services import chain_head_export_latest, chain_verify
-from skald.api.errors_schema import error_responses
-from skald.api.permissions import roles
+from skald.core.api.errors_schema import error_responses
+from skald.core.api.permissions import roles
 from skald.core.roles import Role
 
 _Head = inline_serializer(

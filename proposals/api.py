@@ -17,8 +17,8 @@ from rest_framework.views import APIView
 
 from proposals import selectors, services
 from proposals.models import Proposal, ProposalStatus
-from skald.api.errors_schema import error_responses
-from skald.api.permissions import caller, roles
+from skald.core.api.errors_schema import error_responses
+from skald.core.api.permissions import caller, roles
 from skald.core.roles import Role
 
 READERS = roles(Role.REVIEWER, Role.AUDITOR)

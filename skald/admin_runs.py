@@ -16,10 +16,13 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from approvals.models import PendingApproval
 from loop.models import SessionEvent
+from proposals.models import Proposal
 from skald.cases import runs as run_services
 from skald.core.errors import SkaldError
 from skald.core.ids import new_token
+from skald.crosscheck import replay_verify_run
 from skald.models import Case, Run
 from skald.workflow.views import MAX_TICKET_BYTES, parse_ticket
 
@@ -111,8 +114,6 @@ class RunAdmin(admin.ModelAdmin):
 
     @admin.display(description="Approvals")
     def approvals_view(self, run: Run) -> SafeString:
-        from approvals.models import PendingApproval
-
         rows = PendingApproval.objects.filter(session_id=run.session_id).select_related("resolved_by")
         items = [format_html('<li><a href="{}">{} {}</a> — {}{}</li>',
                              reverse("admin:approvals_pendingapproval_change", args=[a.pk]), a.tool, a.batch,
@@ -121,8 +122,6 @@ class RunAdmin(admin.ModelAdmin):
 
     @admin.display(description="Proposals")
     def proposals_view(self, run: Run) -> SafeString:
-        from proposals.models import Proposal
-
         items = [format_html('<li><a href="{}">{}</a> — {}</li>',
                              reverse("admin:proposals_proposal_change", args=[p.pk]), p.title, p.status)
                  for p in Proposal.objects.filter(run=run)]
@@ -142,8 +141,6 @@ class RunAdmin(admin.ModelAdmin):
         self.message_user(request, f"Stop requested for {queryset.count()} run(s).", messages.SUCCESS)
 
     def replay_verify_view(self, request: HttpRequest, run_id: int) -> HttpResponse:
-        from audit.replay import replay_verify_run
-
         report = replay_verify_run(run_id=run_id)
         level = messages.SUCCESS if report.ok else messages.ERROR
         text = f"Replay-verify: {'ok' if report.ok else 'MISMATCH'} — {report.exchanges} exchanges, " \

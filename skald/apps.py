@@ -6,4 +6,6 @@ class SkaldConfig(AppConfig):
     verbose_name = "Skald"
 
     def ready(self) -> None:
-        from skald import checks  # noqa: F401  (registers the system checks)
+        from skald import checks, wiring  # noqa: F401  (checks register themselves)
+
+        wiring.install()

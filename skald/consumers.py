@@ -18,6 +18,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser
 
+from approvals.services import pending_approval_resolve
 from skald.core.errors import SkaldError
 from skald.loop_adapters.bus import session_group
 from skald.loop_adapters.translate import translate_delta, translate_event
@@ -130,8 +131,6 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "error", "code": "unknown_message", "message": f"unknown type {kind!r}"})
 
     async def _resolve(self, content: dict[str, Any]) -> None:
-        from approvals.services import pending_approval_resolve
-
         try:
             approval = await database_sync_to_async(pending_approval_resolve)(
                 resolver=self.user, request_id=content.get("request_id"), decision=str(content.get("decision")),

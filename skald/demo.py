@@ -10,6 +10,7 @@ from django.db import transaction
 from audit.actors import Actor
 from audit.kinds import AuditKind
 from audit.services import audit_append
+from skald.agents.seed import seed_agents
 from skald.cases.services import case_create
 from skald.models import Case
 
@@ -85,8 +86,6 @@ def seed_demo(*, password: str | None) -> SeedReport:
                 subject_id="demo",
                 payload={"created_users": created},
             )
-        from skald.agents.seed import seed_agents
-
         seed_agents()
     return SeedReport(
         password=chosen, password_from_env=bool(password), created_users=tuple(created), case_id=case.pk

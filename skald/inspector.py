@@ -12,17 +12,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 
 from loop.bounds import Bounds
 from loop.ports import AgentSpec
+from skald.loop_adapters.bus import ChannelsBus
+from skald.loop_adapters.hooks import audited_hooks
+from skald.loop_adapters.runtime import default_gate, deployment_bounds, provider_for
+from skald.loop_adapters.store import kernel_store
+from skald.tools.catalog import BUILTIN_TOOLS
 
 SCALARS = (str, int, float, bool, type(None))
 
 
 def profile_name() -> str:
     """``production`` or ``embedded``, from the assembled settings (never from raw variables)."""
-    from django.db import connection
-
     return "production" if connection.vendor == "postgresql" and settings.REDIS_URL else "embedded"
 
 
@@ -42,12 +46,6 @@ def inspect(services: Mapping[str, Any], *, profile: str, config: Mapping[str, A
 
 def inspect_agent(agent: AgentSpec) -> dict[str, Any]:
     """Assemble the services an agent's turn would get and inspect them."""
-    from skald.loop_adapters.bus import ChannelsBus
-    from skald.loop_adapters.hooks import audited_hooks
-    from skald.loop_adapters.runtime import default_gate, deployment_bounds, provider_for
-    from skald.loop_adapters.store import kernel_store
-    from skald.tools.catalog import BUILTIN_TOOLS
-
     bounds: Bounds = deployment_bounds().override(agent.bounds)
     services = {
         "llm": provider_for(agent),

@@ -13,13 +13,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from audit.kinds import AuditKind
+from audit.models import AuditEvent
+from loop.models import Exchange
+
 
 class StoreCollector(Collector):
     def collect(self) -> Iterator[Metric]:
-        from audit.kinds import AuditKind
-        from audit.models import AuditEvent
-        from loop.models import Exchange
-
         outcomes = CounterMetricFamily("skald_exchange_outcomes", "Settled exchanges by outcome", labels=["outcome"])
         for row in Exchange.objects.exclude(outcome="").values("outcome").annotate(n=Count("id")):
             outcomes.add_metric([row["outcome"]], row["n"])

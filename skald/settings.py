@@ -17,7 +17,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from skald.env import envbool, envint, envlist, envstr
+from skald.core.env import envbool, envint, envlist, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("SKALD_VAR_DIR", str(BASE_DIR / "var")))
@@ -156,7 +156,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "skald.api.exceptions.exception_handler",
+    "EXCEPTION_HANDLER": "skald.core.api.exceptions.exception_handler",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import logging
 
+from approvals.services import approvals_expire
 from loop.driver import drive_exchange
 from loop.errors import HarnessError
-from loop.models import Exchange, ExchangeStatus
+from loop.models import Exchange, ExchangeStatus, ToolCall
+from loop.recovery import resolve_pending
+from skald.cases.runs import run_sync_from_exchange
 from skald.core.ids import new_token
 from skald.loop_adapters.runtime import build_env
+from skald.sessions import services as session_services
 
 logger = logging.getLogger(__name__)
 
@@ -16,9 +20,7 @@ logger = logging.getLogger(__name__)
 def run_kernel_turn(exchange_id: int) -> str:
     """Drive an admitted exchange (a user message) to a settled or parked outcome."""
     exchange = Exchange.objects.select_related("session").get(pk=exchange_id)
-    from skald.sessions.services import repair_stale_exchange
-
-    repair_stale_exchange(session=exchange.session)  # a dangling call from a crashed turn first
+    session_services.repair_stale_exchange(session=exchange.session)  # a dangling call from a crashed turn first
     if exchange.status != ExchangeStatus.OPEN or exchange.claim_token:
         logger.info("exchange %s is %s; nothing to drive", exchange_id, exchange.status)
         return exchange.status
@@ -36,8 +38,6 @@ def run_kernel_turn(exchange_id: int) -> str:
 
 def after_exchange(exchange_id: int) -> None:
     """Product follow-ups of a settled or parked exchange (runs, proposals) hook in here."""
-    from skald.cases.runs import run_sync_from_exchange
-
     try:
         run_sync_from_exchange(exchange_id)
     except Exception:  # the exchange's own outcome is already durable
@@ -47,9 +47,6 @@ def after_exchange(exchange_id: int) -> None:
 def resolve_pending_call(tool_call_id: int, resolution: str, reason: str = "") -> str:
     """Continue after a human answered (or an approval expired): run or settle the call, then
     drive the exchange on when nothing else of it waits. Works the same after any restart."""
-    from loop.models import ToolCall
-    from loop.recovery import resolve_pending
-
     call = ToolCall.objects.select_related("session", "frame").get(pk=tool_call_id)
     env = build_env(call.session, exchange_id=call.exchange_id)
     try:
@@ -62,13 +59,12 @@ def resolve_pending_call(tool_call_id: int, resolution: str, reason: str = "") -
 
 def expire_approvals() -> int:
     """Scheduled every minute: expire overdue approvals so no conversation wedges."""
-    from approvals.services import approvals_expire
-
     return approvals_expire()
 
 
 def repair_stale_exchanges() -> int:
     """Scheduled every minute: repair turns whose worker died (typed interrupted results, R3)."""
-    from skald.sessions.services import repair_stale_exchanges as sweep
-
-    return sweep()
+    repaired = session_services.repair_stale_exchanges()
+    for exchange_id in repaired:
+        after_exchange(exchange_id)
+    return len(repaired)

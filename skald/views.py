@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 
 from skald import metrics
-from skald.api.exceptions import error_body
+from skald.core.api.exceptions import error_body
 from skald.readiness import readiness_report
 
 

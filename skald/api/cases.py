@@ -10,12 +10,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from audit.actors import Actor
-from skald.api.errors_schema import error_responses
-from skald.api.permissions import caller, read_or_write, roles
 from skald.api.sessions import EventSerializer, events_page
 from skald.cases import runs as run_services
 from skald.cases import selectors
 from skald.cases.services import case_create, case_update
+from skald.core.api.errors_schema import error_responses
+from skald.core.api.permissions import caller, read_or_write, roles
 from skald.core.roles import Role
 from skald.models import Case, CaseLog, Run
 

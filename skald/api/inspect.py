@@ -8,8 +8,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from loop.errors import HarnessError
-from skald.api.errors_schema import error_responses
-from skald.api.permissions import roles
+from skald.core.api.errors_schema import error_responses
+from skald.core.api.permissions import roles
 from skald.core.errors import NotFound
 from skald.core.roles import Role
 from skald.inspector import inspect_agent

@@ -11,8 +11,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from loop.models import Exchange, Session, SessionEvent
-from skald.api.errors_schema import error_responses
-from skald.api.permissions import caller, roles
+from skald.core.api.errors_schema import error_responses
+from skald.core.api.permissions import caller, roles
 from skald.core.errors import SkaldError
 from skald.sessions import selectors, services
 

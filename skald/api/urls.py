@@ -5,9 +5,9 @@ from __future__ import annotations
 from django.urls import include, path
 
 from approvals import api_pending
-from audit.api_replay import ReplayVerifyView
 from skald.api import cases, sessions
 from skald.api.inspect import InspectView
+from skald.api.replay import ReplayVerifyView
 
 urlpatterns = [
     path("approval/", include("approvals.urls")),

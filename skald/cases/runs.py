@@ -18,10 +18,12 @@ from loop.events import EventKind
 from loop.models import Exchange, ExchangeStatus, Outcome, ToolCall, ToolCallStatus
 from skald.core import clock
 from skald.core.errors import Conflict, NotFound
+from skald.core.queue import enqueue_on_commit
 from skald.loop_adapters.runtime import build_env
 from skald.loop_adapters.store import kernel_store
 from skald.models import Case, Run, RunStatus
-from skald.queue import enqueue_on_commit
+from skald.plugins import notify_run_resolved
+from skald.sessions.services import session_stop
 
 TROUBLESHOOTER = "troubleshooter"
 HANDOFF_TOOL = "ask_human"
@@ -112,14 +114,8 @@ def run_sync_from_exchange(exchange_id: int) -> Run | None:
                                                  "exchange": exchange.pk})
         resolved = status == RunStatus.COMPLETED and previous != RunStatus.COMPLETED
     if resolved:
-        _capture(run)
+        notify_run_resolved(run)  # proposal capture plugs in here (skald.wiring)
     return run
-
-
-def _capture(run: Run) -> None:
-    from proposals.services import capture_proposals_on_resolve  # proposals import runs: keep it late
-
-    capture_proposals_on_resolve(run=run)
 
 
 def _run_for_update(run_id: int) -> Run:
@@ -175,8 +171,6 @@ def run_back_refer(*, user: AbstractBaseUser, run_id: int, note: str) -> Run:
 
 
 def run_stop(*, user: AbstractBaseUser, run: Run) -> Run:
-    from skald.sessions.services import session_stop
-
     exchange = session_stop(user=user, session=run.session)
     if exchange is not None:
         run_sync_from_exchange(exchange.pk)

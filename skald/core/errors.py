@@ -1,6 +1,6 @@
 """Domain errors with a stable code, an HTTP status and data fields (the zulip ``JsonableError`` shape).
 
-The one exception handler (:mod:`skald.api.exceptions`) renders them as
+The one exception handler (:mod:`skald.core.api.exceptions`) renders them as
 ``{"code": ..., "message": ..., "extra": {...}}``.
 """
 

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Sequence
 
 from loop.providers.base import ToolSpec
+from skald.plugins import notify_tools_offered
 
 _seen: set[str] = set()
 _lock = threading.Lock()
@@ -18,9 +19,7 @@ class KnownToolRecorder:
             fresh = [s for s in specs if s.name not in _seen]
             _seen.update(s.name for s in fresh)
         if fresh:
-            from approvals.services import known_tools_record
-
-            known_tools_record(specs=fresh)
+            notify_tools_offered(fresh)
 
 
 def forget_seen() -> None:

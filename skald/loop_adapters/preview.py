@@ -9,7 +9,7 @@ from typing import Any
 
 from loop.errors import ToolError
 from loop.ports import TurnScope
-from skald.tools.workspace import read_current
+from skald.sessions.workspace import read_current
 
 MAX_PREVIEW_LINES = 400
 

@@ -16,14 +16,14 @@ from loop.models import Session
 from loop.ports import AgentSpec, Gate, TurnScope
 from loop.providers.base import LlmProvider
 from loop.providers.playbook import PlaybookProvider
-from skald import provider_config
+from skald import plugins, provider_config
 from skald.loop_adapters.bus import ChannelsBus
 from skald.loop_adapters.catalog import AgentRowCatalog
 from skald.loop_adapters.discovery import KnownToolRecorder
 from skald.loop_adapters.hooks import audited_hooks
 from skald.loop_adapters.store import kernel_store
-from skald.tools.catalog import BUILTIN_TOOLS
-from skald.tools.workspace import workspace_for
+from skald.models import Run
+from skald.sessions.workspace import workspace_for
 
 ProviderFactory = Callable[[AgentSpec], LlmProvider]
 GateFactory = Callable[[], Gate]
@@ -64,12 +64,10 @@ def provider_for(agent: AgentSpec) -> LlmProvider:
 
 
 def default_gate() -> Gate:
+    """Tests may install their own gate; otherwise the one wired into the sockets (approvals)."""
     if _gate_factory is not None:
         return _gate_factory()
-    from approvals.gate import ApprovalGate
-    from skald.loop_adapters.preview import write_preview
-
-    return ApprovalGate(previewer=write_preview)
+    return plugins.gate()
 
 
 def deployment_bounds() -> Bounds:
@@ -78,8 +76,6 @@ def deployment_bounds() -> Bounds:
 
 def session_extras(session: Session) -> dict[str, Any]:
     """What a session's tools may know about its run: the case (``read_logs``) and the run."""
-    from skald.models import Run
-
     run = Run.objects.filter(session_id=session.pk).values("pk", "case_id").first()
     return {"case_id": run["case_id"], "run_id": run["pk"]} if run is not None else {}
 
@@ -93,7 +89,7 @@ def build_env(session: Session, *, exchange_id: int = 0, hooks: LoopHooks | None
         extras=session_extras(session),
     )
     return LoopEnv(
-        store=kernel_store(), provider=provider_for(agent), tools=BUILTIN_TOOLS.subset(agent.tools),
+        store=kernel_store(), provider=provider_for(agent), tools=plugins.sockets.tools.subset(agent.tools),
         gate=default_gate(), agent=agent, scope=scope, bus=ChannelsBus(), bounds=bounds,
         hooks=hooks or audited_hooks(), discovery=KnownToolRecorder(),
     )

@@ -7,16 +7,15 @@ from django.db import transaction
 from loop.models import Exchange, ToolCall, ToolCallStatus
 from loop.outcomes import Canceled
 from skald.loop_adapters.store import kernel_store
+from skald.plugins import notify_calls_cancelled
 
 
 def cancel_parked(exchange: Exchange, *, principal: str) -> None:
-    from approvals.services import approvals_cancel_for_calls
-
     store = kernel_store()
     with transaction.atomic():
         waiting = list(ToolCall.objects.filter(exchange=exchange, status=ToolCallStatus.AWAITING_HUMAN)
                        .values_list("pk", flat=True))
-        approvals_cancel_for_calls(tool_call_ids=waiting, actor_label=principal)
+        notify_calls_cancelled(waiting, principal)  # their pending approvals end with them
         for call in ToolCall.objects.filter(exchange=exchange, status=ToolCallStatus.AWAITING_HUMAN).select_related(
             "frame"
         ):

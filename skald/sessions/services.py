@@ -16,10 +16,11 @@ from loop.recovery import repair_dangling
 from skald.core import clock
 from skald.core.errors import Conflict, SkaldError
 from skald.core.ids import new_token
+from skald.core.queue import enqueue_on_commit
 from skald.loop_adapters.catalog import AgentRowCatalog
 from skald.loop_adapters.runtime import build_env
 from skald.loop_adapters.store import kernel_store
-from skald.queue import enqueue_on_commit
+from skald.sessions.parked import cancel_parked
 
 DEFAULT_AGENT = "troubleshooter"
 MAX_MESSAGE_BYTES = 64 * 1024
@@ -78,16 +79,13 @@ def _repair(exchange: Exchange) -> None:
                     reason=f"claim {exchange.claim_token[:8]} held since {exchange.claimed_at:%Y-%m-%d %H:%M:%S} UTC")
 
 
-def repair_stale_exchanges() -> int:
-    """Sweep every session whose turn a dead worker left open (the minute schedule calls this), so
-    a crashed run does not look like it is running forever."""
-    from skald.tasks import after_exchange
-
+def repair_stale_exchanges() -> list[int]:
+    """Repair every exchange whose turn a dead worker left open (at most 100 a sweep), so a crashed
+    run does not look like it is running forever. Returns the repaired exchanges' ids."""
     crashed = list(_stale_exchanges().select_related("session")[:100])
     for exchange in crashed:
         _repair(exchange)
-        after_exchange(exchange.pk)
-    return len(crashed)
+    return [exchange.pk for exchange in crashed]
 
 
 def repair_stale_exchange(*, session: Session) -> Exchange | None:
@@ -108,8 +106,6 @@ def session_stop(*, user: AbstractBaseUser, session: Session) -> Exchange | None
     active.refresh_from_db()  # the worker may have parked it meanwhile: then nobody drives it
     if active.status == ExchangeStatus.PARKED:
         # Nobody drives a parked exchange: settle it as canceled here.
-        from skald.sessions.parked import cancel_parked
-
         cancel_parked(active, principal=f"user:{user.pk}")
     active.refresh_from_db()
     return active

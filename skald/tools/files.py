@@ -9,7 +9,7 @@ from loop.errors import ToolError
 from loop.ports import ToolContext
 from loop.tools.hints import RestartHint
 from loop.tools.registry import FunctionTool
-from skald.tools.workspace import MAX_FILE_BYTES, read_current, resolve_in_workspace
+from skald.sessions.workspace import MAX_FILE_BYTES, read_current, resolve_in_workspace
 
 
 def _read(arguments: Mapping[str, Any], context: ToolContext) -> str:

@@ -11,14 +11,14 @@ from django.db.models import Q
 from loop.errors import ToolError
 from loop.ports import ToolContext
 from loop.tools.registry import FunctionTool
+from proposals.models import KnowledgeEntry
+from skald.models import CaseLog
 
 _WORD = re.compile(r"[\w-]{3,}", re.UNICODE)
 MAX_HITS = 5
 
 
 def _search(arguments: Mapping[str, Any], context: ToolContext) -> str:
-    from proposals.models import KnowledgeEntry
-
     terms = sorted({w.lower() for w in _WORD.findall(arguments["query"])})[:12]
     if not terms:
         return "No searchable terms in the query."
@@ -39,8 +39,6 @@ def _search(arguments: Mapping[str, Any], context: ToolContext) -> str:
 
 
 def _read_logs(arguments: Mapping[str, Any], context: ToolContext) -> str:
-    from skald.models import CaseLog
-
     case_id = context.scope.extras.get("case_id")
     if not case_id:
         raise ToolError("this session is not attached to a case", code="no_case")

@@ -20,10 +20,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from skald.api.cases import RunSerializer
-from skald.api.errors_schema import error_responses
-from skald.api.exceptions import error_body
-from skald.api.permissions import caller, roles
 from skald.cases import runs as run_services
+from skald.core.api.errors_schema import error_responses
+from skald.core.api.exceptions import error_body
+from skald.core.api.permissions import caller, roles
 from skald.core.errors import SkaldError
 from skald.core.ids import new_token
 from skald.core.roles import AGENT_PRINCIPAL, Role, has_role

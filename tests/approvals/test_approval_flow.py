@@ -21,8 +21,8 @@ from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
 from skald.core import clock
 from skald.models import Agent
 from skald.sessions.services import session_message_submit
+from skald.sessions.workspace import workspace_for
 from skald.tasks import expire_approvals
-from skald.tools.workspace import workspace_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
 

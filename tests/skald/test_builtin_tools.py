@@ -10,8 +10,8 @@ import pytest
 from loop.cancellation import CancelToken
 from loop.errors import HumanNeeded, ToolError
 from loop.ports import ToolContext, TurnScope
+from skald.sessions.workspace import read_current, resolve_in_workspace
 from skald.tools.catalog import BUILTIN_TOOLS
-from skald.tools.workspace import read_current, resolve_in_workspace
 
 
 def context(tmp_path: Path, session_id: int = 1, **extras) -> ToolContext:

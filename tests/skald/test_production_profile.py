@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from skald.env import envbool, envint, envlist, envstr
+from skald.core.env import envbool, envint, envlist, envstr
 
 BASE = Path(__file__).resolve().parents[2]
 

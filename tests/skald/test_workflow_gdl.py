@@ -17,7 +17,7 @@ from skald.agents.seed import seed_agents
 from skald.cases.services import case_create
 from skald.loop_adapters import runtime
 from skald.models import Run, RunStatus
-from skald.tools.workspace import workspace_for
+from skald.sessions.workspace import workspace_for
 from tests.conftest import make_user
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]

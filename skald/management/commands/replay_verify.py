@@ -10,8 +10,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from audit.replay import replay_verify_run
 from skald.core.errors import NotFound
+from skald.crosscheck import replay_verify_run
 
 
 class Command(BaseCommand):

@@ -11,12 +11,12 @@ from django.db import connection
 
 from approvals.models import PendingApproval
 from approvals.seed import default_rules_ensure
-from audit.replay import replay_verify_run, replay_verify_session
 from loop.models import Exchange, ExchangeStatus, SessionEvent
 from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
 from loop.store import build_receipt
 from skald.agents.seed import seed_agents
 from skald.core import clock
+from skald.crosscheck import replay_verify_run, replay_verify_session
 from skald.loop_adapters import runtime
 from skald.loop_adapters.discovery import forget_seen
 from skald.models import Case, Run, RunStatus

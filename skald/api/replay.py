@@ -8,10 +8,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit.replay import replay_verify_run
-from skald.api.errors_schema import error_responses
-from skald.api.permissions import roles
+from skald.core.api.errors_schema import error_responses
+from skald.core.api.permissions import roles
 from skald.core.roles import Role
+from skald.crosscheck import replay_verify_run
 
 ReplayVerifySerializer = inline_serializer(
     name="RunReplayVerify",

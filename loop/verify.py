@@ -1,0 +1,175 @@
+"""The kernel verifies its own invariants from stored rows (SPEC L5, L6, U2): "verify, don't re-run".
+
+For one session, recomputed from stored columns only — no provider is built or called:
+
+* **sequence** — the session's seqs are exactly ``1..last_seq`` and exchange numbers ``1..n``;
+* **receipts** — each settled exchange's receipt is rebuilt with :func:`loop.store.build_receipt`
+  over its events as stored now and compared field by field;
+* **projection** — each narrative's conversation rows project without a refusal, one window per
+  compaction (rows of a still open or parked exchange are left out: their tool group may be open).
+
+The product cross-checks these rows against its audit log (`skald.crosscheck`); the kernel knows
+nothing of that log.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from loop.events import CONVERSATION_KINDS, EventKind
+from loop.models import Exchange, ExchangeStatus, Session, SessionEvent
+from loop.projection import EventRow, ProjectionError, project
+from loop.store import build_receipt
+
+Finding = dict[str, Any]
+
+# Every receipt field rebuilt from stored rows; ``detail`` (the answer, a reason) is not derivable.
+RECEIPT_FIELDS = (
+    "exchange", "session", "number", "request_key", "outcome", "turns", "input_tokens", "output_tokens",
+    "events", "first_seq", "last_seq", "digest",
+)  # fmt: skip
+_ACTIVE = (ExchangeStatus.OPEN, ExchangeStatus.PARKED)
+_LISTED = 20
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    seq: int
+    kind: str
+    payload: Any
+    exchange_id: int | None
+    narrative: str
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRows:
+    """One session's stored rows, loaded once for the kernel's checks and the product's."""
+
+    session_id: int
+    last_seq: int
+    exchange_count: int
+    exchanges: list[Exchange]
+    events: list[StoredEvent]
+
+
+def load_session_rows(session_id: int) -> SessionRows | None:
+    """The rows to verify, or ``None`` when the session does not exist."""
+    session = Session.objects.filter(pk=session_id).values("last_seq", "exchange_count").first()
+    if session is None:
+        return None
+    events = [
+        StoredEvent(*row)
+        for row in SessionEvent.objects.filter(session_id=session_id)
+        .order_by("seq")
+        .values_list("seq", "kind", "payload", "exchange_id", "narrative")
+    ]
+    return SessionRows(session_id=session_id, last_seq=session["last_seq"],
+                       exchange_count=session["exchange_count"],
+                       exchanges=list(Exchange.objects.filter(session_id=session_id).order_by("number")),
+                       events=events)
+
+
+def finding(exchange: Exchange | None, field: str, **values: Any) -> Finding:
+    """One mismatch: always ``exchange``, ``number`` (None for session-level ones) and ``field``."""
+    return {
+        "exchange": exchange.pk if exchange is not None else None,
+        "number": exchange.number if exchange is not None else None,
+        "field": field,
+        **values,
+    }
+
+
+def verify_rows(rows: SessionRows) -> list[Finding]:
+    """Every kernel invariant over one session's stored rows; an empty list means it holds."""
+    return [
+        *sequence_mismatches(rows.events, last_seq=rows.last_seq),
+        *numbering_mismatches(rows.exchanges, exchange_count=rows.exchange_count),
+        *receipt_mismatches(rows.exchanges, rows.events),
+        *projection_mismatches(rows.exchanges, rows.events),
+    ]
+
+
+def sequence_mismatches(events: Sequence[StoredEvent], *, last_seq: int) -> list[Finding]:
+    """Seqs must be exactly ``1..last_seq``: a deleted row leaves a gap, an inserted one an excess."""
+    missing: list[int] = []
+    missing_count = 0
+    duplicates: list[int] = []
+    expected = 1
+    for event in events:
+        if event.seq < expected:
+            duplicates.append(event.seq)
+            continue
+        if event.seq > expected:
+            missing_count += event.seq - expected
+            missing += range(expected, min(event.seq, expected + _LISTED - len(missing)))
+        expected = event.seq + 1
+    beyond = [e.seq for e in events if e.seq > last_seq]
+    if expected <= last_seq:
+        missing_count += last_seq + 1 - expected
+        missing += range(expected, min(last_seq + 1, expected + _LISTED - len(missing)))
+    found: list[Finding] = []
+    if missing_count:
+        found.append(finding(None, "seq", error="gap", missing=missing[:_LISTED], missing_count=missing_count,
+                             last_seq=last_seq))
+    if duplicates:
+        found.append(finding(None, "seq", error="duplicate", duplicates=duplicates[:_LISTED]))
+    if beyond:
+        found.append(finding(None, "seq", error="beyond last_seq", beyond=beyond[:_LISTED], last_seq=last_seq))
+    return found
+
+
+def numbering_mismatches(exchanges: Sequence[Exchange], *, exchange_count: int) -> list[Finding]:
+    numbers = [e.number for e in exchanges]
+    if numbers == list(range(1, exchange_count + 1)):
+        return []
+    return [finding(None, "exchange_numbers", stored=exchange_count, recomputed=numbers[:100])]
+
+
+def receipt_mismatches(exchanges: Sequence[Exchange], events: Sequence[StoredEvent]) -> list[Finding]:
+    """A settled exchange's stored receipt must equal the one rebuilt from its stored events."""
+    by_exchange: dict[int, list[tuple[int, str, Any]]] = defaultdict(list)
+    for event in events:
+        if event.exchange_id is not None:
+            by_exchange[event.exchange_id].append((event.seq, event.kind, event.payload))
+    found: list[Finding] = []
+    for exchange in exchanges:
+        if exchange.status != ExchangeStatus.SETTLED:
+            continue  # parked, open or broken: no receipt yet
+        stored = exchange.receipt
+        if not isinstance(stored, dict):
+            found.append(finding(exchange, "receipt", stored=stored, error="a settled exchange has no receipt"))
+            continue
+        recomputed = build_receipt(exchange, outcome=exchange.outcome, events=by_exchange[exchange.pk],
+                                   detail=stored.get("detail") or {})
+        for name in RECEIPT_FIELDS:
+            if stored.get(name) != recomputed[name]:
+                found.append(finding(exchange, name, stored=stored.get(name), recomputed=recomputed[name]))
+    return found
+
+
+def projection_mismatches(exchanges: Sequence[Exchange], events: Sequence[StoredEvent]) -> list[Finding]:
+    """Project every narrative, one window per compaction, as the driver would on its next turn."""
+    active = {e.pk for e in exchanges if e.status in _ACTIVE}
+    number = {e.pk: e.number for e in exchanges}
+    windows: dict[str, list[list[EventRow]]] = defaultdict(lambda: [[]])
+    for event in events:
+        if event.kind not in CONVERSATION_KINDS or event.exchange_id in active:
+            continue
+        segments = windows[event.narrative]
+        if event.kind == EventKind.COMPACTION and segments[-1]:
+            segments.append([])
+        payload = event.payload if isinstance(event.payload, Mapping) else {}
+        segments[-1].append(EventRow(seq=event.seq, kind=event.kind, payload=payload,
+                                     exchange=number.get(event.exchange_id or 0), narrative=event.narrative))
+    found: list[Finding] = []
+    for narrative, segments in windows.items():
+        for window in segments:
+            try:
+                project(window)
+            except ProjectionError as exc:
+                found.append(finding(None, "projection", narrative=narrative, first_seq=window[0].seq,
+                                     code=exc.code, error=str(exc)))
+    return found

@@ -1,0 +1,53 @@
+"""Composition: plug the features and the built-in tools into the product core's sockets.
+
+Called once from `SkaldConfig.ready()`. This is the only place that knows both the product core
+and the features; neither imports the other (the floors in docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from approvals import metrics as approval_metrics
+from approvals.gate import ApprovalGate
+from approvals.services import approvals_cancel_for_calls, known_tools_record
+from loop.ports import Gate
+from loop.providers.base import ToolSpec
+from proposals.services import capture_proposals_on_resolve
+from skald import metrics
+from skald.loop_adapters.preview import write_preview
+from skald.models import Run
+from skald.plugins import sockets
+from skald.tools.catalog import BUILTIN_TOOLS
+
+_installed = False
+
+
+def _approval_gate() -> Gate:
+    return ApprovalGate(previewer=write_preview)
+
+
+def _capture(run: Run) -> None:
+    capture_proposals_on_resolve(run=run)
+
+
+def _cancel_approvals(tool_call_ids: Sequence[int], principal: str) -> None:
+    approvals_cancel_for_calls(tool_call_ids=tool_call_ids, actor_label=principal)
+
+
+def _record_known(specs: Sequence[ToolSpec]) -> None:
+    known_tools_record(specs=specs)
+
+
+def install() -> None:
+    """Fill the sockets (idempotent: Django may call ready() more than once in tests)."""
+    global _installed
+    if _installed:
+        return
+    sockets.gate_factory = _approval_gate
+    sockets.tools = BUILTIN_TOOLS
+    sockets.run_resolved.append(_capture)
+    sockets.calls_cancelled.append(_cancel_approvals)
+    sockets.tools_offered.append(_record_known)
+    metrics.register_collector(approval_metrics.collect)
+    _installed = True
