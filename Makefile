@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run setup test lint bench clean
+.PHONY: run setup test quick lint bench clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "Python 3.11 is required ($(PYTHON) not found)"; exit 1; }
@@ -20,6 +20,10 @@ run: $(STAMP)
 
 test: $(STAMP)
 	@$(PY) -m skald.testrun
+
+# A developer's quick run: SQLite, no browser or real-stack tests, property tests at a twentieth.
+quick: $(STAMP)
+	@$(PY) -m pytest -q -n auto -m "not e2e and not browser"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

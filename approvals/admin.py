@@ -18,7 +18,7 @@ from django.contrib.admin import helpers
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Model, QuerySet
+from django.db.models import Count, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -37,6 +37,7 @@ from approvals.policy_services import (
 from approvals.selectors import tools_catalog
 from approvals.services import pending_approval_resolve
 from audit.actors import Actor
+from skald.core.admin import ReadOnlyAdmin
 from skald.core.errors import SkaldError
 
 TOOL_DATALIST_ID = "skald-tool-catalog"
@@ -262,7 +263,7 @@ def diff_html(preview: str) -> str:
 
 
 @admin.register(PendingApproval)
-class PendingApprovalAdmin(admin.ModelAdmin):
+class PendingApprovalAdmin(ReadOnlyAdmin):  # parked calls change only through the services
     list_display = ["tool", "batch_link", "session_link", "requested_by", "status", "expires_at", "rule_label",
                     "resolved_by", "resolved_at", "reason_short"]
     list_display_links = ["tool"]
@@ -283,16 +284,6 @@ class PendingApprovalAdmin(admin.ModelAdmin):
     readonly_fields = ["tool", "batch", "session", "tool_call", "requested_by", "created_at", "expires_at", "status",
                        "preview_diff", "arguments", "args_hash", "rule", "rule_snapshot_pretty", "resolved_by",
                        "resolved_at", "reason"]
-
-    # Parked calls change only through the services.
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
 
     def has_resolve_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("approvals.resolve_approval")
@@ -429,16 +420,8 @@ class PendingApprovalAdmin(admin.ModelAdmin):
 # --- known tools -------------------------------------------------------------------------------
 
 @admin.register(KnownTool)
-class KnownToolAdmin(admin.ModelAdmin):
+class KnownToolAdmin(ReadOnlyAdmin):
     list_display = ["name", "category", "first_seen", "last_seen", "description"]
     list_filter = ["category"]
     search_fields = ["name", "description"]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False

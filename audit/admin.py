@@ -20,19 +20,7 @@ from audit.actors import Actor
 from audit.kinds import AuditKind
 from audit.models import AuditEvent, ChainHead
 from audit.services import chain_head_export_latest, chain_head_record, chain_verify
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """No add, change or delete for anybody: an edited audit row is a broken chain."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
+from skald.core.admin import ReadOnlyAdmin
 
 
 @admin.register(AuditEvent)

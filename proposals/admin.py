@@ -23,6 +23,7 @@ from django.utils.safestring import SafeString
 
 from proposals import selectors, services
 from proposals.models import KnowledgeEntry, KnowledgeRevision, Proposal, ProposalStatus
+from skald.core.admin import ReadOnlyMixin
 from skald.core.errors import SkaldError
 from skald.core.roles import Role, has_role
 
@@ -31,17 +32,8 @@ def _may_read(request: HttpRequest) -> bool:
     return has_role(request.user, Role.REVIEWER, Role.AUDITOR)
 
 
-class _ReadOnly:
-    """No add, change or delete for anybody: writes go through the services."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
+class _ReadOnly(ReadOnlyMixin):
+    """Writes go through the services; reviewers and auditors read."""
 
     def has_view_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return _may_read(request) or super().has_view_permission(request, obj)  # type: ignore[misc]

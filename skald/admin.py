@@ -9,6 +9,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from audit.actors import Actor
+from skald import admin_store  # noqa: F401  (registers the kernel store's read-only views)
 from skald.admin_runs import RunAdmin, launch_gdl_run
 from skald.agents.services import agent_save
 from skald.cases.services import case_save

@@ -20,6 +20,7 @@ from approvals.models import PendingApproval
 from loop.models import SessionEvent
 from proposals.models import Proposal
 from skald.cases import runs as run_services
+from skald.core.admin import ReadOnlyAdmin
 from skald.core.errors import SkaldError
 from skald.core.ids import new_token
 from skald.crosscheck import replay_verify_run
@@ -83,22 +84,13 @@ RUN_FIELDS = ("case", "session", "ticket", "launched_by", "status", "outcome", "
               "created_at", "finished_at", "receipt_view", "approvals_view", "proposals_view", "timeline")
 
 
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(ReadOnlyAdmin):
     list_display = ["id", "case", "status", "outcome", "launched_by", "created_at", "finished_at"]
     list_filter = ["status"]
     search_fields = ["ticket"]
     actions = ["stop_runs"]
     fields = RUN_FIELDS
     readonly_fields = RUN_FIELDS
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def get_urls(self) -> list[Any]:
         extra = [path("<int:run_id>/replay-verify/", self.admin_site.admin_view(self.replay_verify_view),

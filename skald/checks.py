@@ -7,11 +7,11 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
+from skald import provider_config
+
 
 @register()
 def check_provider_profile(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    from skald import provider_config
-
     provider_config.reset()
     if provider_config.provider_status() == "invalid":
         return [
@@ -50,6 +50,21 @@ def check_production_profile(app_configs: Any = None, **kwargs: Any) -> list[Err
             Warning("SKALD_AUDIT_KEY is not set: exported chain heads are not signed.", id="skald.W002")
         )
     return problems
+
+
+@register()
+def check_debug_with_a_server_database(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """A server database means a shared deployment; DEBUG there leaks settings and source in error
+    pages and keeps every query in memory. SKALD_DEBUG defaults to on for the embedded profile."""
+    if settings.DATABASE_URL and settings.DEBUG:
+        return [
+            Warning(
+                "DATABASE_URL is set but SKALD_DEBUG is on (its embedded-profile default).",
+                hint="Set SKALD_DEBUG=0 for any deployment that uses a database server.",
+                id="skald.W003",
+            )
+        ]
+    return []
 
 
 @register()

@@ -18,6 +18,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from skald.core.var import var_dir_path, var_dir_prepare
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 PR_SET_PDEATHSIG = 1
 STOP_GRACE_SECONDS = 10.0
@@ -100,6 +102,7 @@ def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "skald.settings")
     host = os.environ.get("HOST", "127.0.0.1")
     port = os.environ.get("PORT", "8000")
+    var_dir_prepare(var_dir_path(BASE_DIR))  # before any child reads settings: one secret key for all
     prepared = _prepare()
     if prepared != 0:
         print(f"Preparing the database failed (exit code {prepared}); not starting.", file=sys.stderr)

@@ -11,31 +11,20 @@ Cross-setting rules are system checks in :mod:`skald.checks`.
 from __future__ import annotations
 
 import os
-import secrets
 from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
 
 from skald.core.env import envbool, envint, envlist, envstr
+from skald.core.var import embedded_secret_key, var_dir_path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(envstr("SKALD_VAR_DIR", str(BASE_DIR / "var")))
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+# Settings create no directory and write no file: manage.py, the launcher and the tests prepare var/.
+VAR_DIR = var_dir_path(BASE_DIR)
 
 DEBUG = envbool("SKALD_DEBUG", True)
-
-
-def _embedded_secret_key() -> str:
-    # The embedded profile keeps a generated key under var/ so sessions survive a restart.
-    path = VAR_DIR / "secret_key"
-    if not path.exists():
-        path.write_text(secrets.token_urlsafe(50), encoding="utf-8")
-        path.chmod(0o600)
-    return path.read_text(encoding="utf-8").strip()
-
-
-SECRET_KEY = envstr("SKALD_SECRET_KEY") or _embedded_secret_key()
+SECRET_KEY = envstr("SKALD_SECRET_KEY") or embedded_secret_key(VAR_DIR)
 ALLOWED_HOSTS = envlist("SKALD_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = envlist("SKALD_CSRF_TRUSTED_ORIGINS")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -20,9 +21,25 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
+# pytest-xdist: one worker per core. `load` hands each worker tests in collection order, which
+# pytest-django sorted so that flushing (transactional) tests come after the rest on every worker.
+PARALLEL = ["-n", os.environ.get("SKALD_TEST_WORKERS", "auto"), "--dist", "load"]
+_timings: list[tuple[str, float]] = []
+
+
 def _run(title: str, argv: list[str], env: dict[str, str]) -> int:
     print(f"\n=== {title} ===", flush=True)
-    return subprocess.run(argv, cwd=BASE_DIR, env=env, check=False).returncode
+    started = time.monotonic()
+    code = subprocess.run(argv, cwd=BASE_DIR, env=env, check=False).returncode
+    _timings.append((title, time.monotonic() - started))
+    return code
+
+
+def _print_timings() -> None:
+    print("\nWall time:", flush=True)
+    for title, seconds in _timings:
+        print(f"  {title:<42} {seconds:7.1f} s", flush=True)
+    print(f"  {'total':<42} {sum(s for _, s in _timings):7.1f} s", flush=True)
 
 
 def _postgres_reachable(url: str) -> str:
@@ -49,7 +66,7 @@ def main() -> int:
 
     if _run("mypy", [str(BIN / "mypy"), "loop", "skald", "approvals", "proposals", "audit"], _env()) != 0:
         failures.append("mypy")
-    if _run("pytest on SQLite", [sys.executable, "-m", "pytest", *extra_args], _env()) != 0:
+    if _run("pytest on SQLite", [sys.executable, "-m", "pytest", *PARALLEL, *extra_args], _env()) != 0:
         failures.append("pytest on SQLite")
 
     if database_url.startswith(("postgres://", "postgresql://")):
@@ -60,7 +77,7 @@ def main() -> int:
         else:
             code = _run(
                 "database-sensitive tests on PostgreSQL",
-                [sys.executable, "-m", "pytest", "-m", "db_sensitive", *extra_args],
+                [sys.executable, "-m", "pytest", *PARALLEL, "-m", "db_sensitive", *extra_args],
                 _env(DATABASE_URL=database_url),
             )
             if code != 0:
@@ -71,6 +88,7 @@ def main() -> int:
     else:
         print("\nDATABASE_URL is not set: the PostgreSQL pass did not run (set it to include it).", flush=True)
 
+    _print_timings()
     if failures:
         print("\nFAILED: " + ", ".join(failures), flush=True)
         return 1

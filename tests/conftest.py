@@ -4,6 +4,7 @@ dave the auditor, charlie the outsider) and authenticated API clients."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from rest_framework_simplejwt.tokens import RefreshToken
 
 from loop.providers.loopback import LoopbackProvider
 from skald.core.roles import roles_ensure
+from skald.core.var import var_dir_prepare
 from skald.loop_adapters.runtime import set_provider_factory
 
 PASSWORD = "correct horse battery staple"
@@ -82,5 +84,6 @@ def script() -> Iterator[Callable[..., LoopbackProvider]]:
 def pytest_configure(config: pytest.Config) -> None:
     from django.conf import settings
 
+    var_dir_prepare(Path(settings.VAR_DIR))  # settings write nothing; the SQLite test files live here
     # Real hashing costs ~0.3 s per user; the suite creates hundreds. Production keeps PBKDF2.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

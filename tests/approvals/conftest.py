@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-
 import pytest
 
-from loop.providers.loopback import LoopbackProvider
 from skald.agents.seed import seed_agents
-from skald.loop_adapters import runtime
 from skald.loop_adapters.discovery import forget_seen
 from skald.sessions.services import session_create
 
@@ -22,18 +18,6 @@ def inline_tasks(settings) -> None:
 def workspace_root(settings, tmp_path):
     settings.SKALD_WORKSPACE_ROOT = tmp_path / "workspaces"
     return settings.SKALD_WORKSPACE_ROOT
-
-
-@pytest.fixture
-def script() -> Iterator[Callable[[LoopbackProvider], LoopbackProvider]]:
-    """``script(LoopbackProvider([...]))`` makes every agent use that provider."""
-
-    def install(provider: LoopbackProvider) -> LoopbackProvider:
-        runtime.set_provider_factory(lambda agent: provider)
-        return provider
-
-    yield install
-    runtime.set_provider_factory(None)
 
 
 @pytest.fixture

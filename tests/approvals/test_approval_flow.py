@@ -30,7 +30,7 @@ WRITE = ("write_file", {"path": "reports/findings.md", "content": "# Findings\np
 
 
 def park_a_write(alice, session, script, *after) -> LoopbackProvider:
-    provider = script(LoopbackProvider([tool_turn(WRITE), *after]))
+    provider = script(tool_turn(WRITE), *after)
     exchange, _ = session_message_submit(user=alice, session=session, content="investigate")
     exchange.refresh_from_db()
     assert exchange.status == ExchangeStatus.PARKED and exchange.outcome == "awaiting_human"
@@ -125,7 +125,7 @@ def test_changed_arguments_refuse_the_approval(alice, carol, api, troubleshootin
 
 def test_a_round_with_two_gated_calls_parks_one_batch_answerable_at_once(alice, carol, api, troubleshooting, script):
     second = ("write_file", {"path": "reports/two.md", "content": "2"})
-    script(LoopbackProvider([tool_turn(WRITE, second), text_turn("both done")]))
+    script(tool_turn(WRITE, second), text_turn("both done"))
     session_message_submit(user=alice, session=troubleshooting, content="two writes")
     approvals = list(PendingApproval.objects.order_by("tool_call_id"))
     assert len(approvals) == 2 and approvals[0].batch == approvals[1].batch == "e1:t1"

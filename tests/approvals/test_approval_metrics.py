@@ -11,7 +11,7 @@ import time_machine
 from approvals.models import ApprovalStatus, PendingApproval
 from approvals.services import pending_approval_resolve
 from loop.models import ExchangeStatus
-from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
+from loop.providers.loopback import text_turn, tool_turn
 from skald.core import clock
 from skald.sessions.services import session_message_submit
 
@@ -33,7 +33,7 @@ def scrape(client) -> dict[str, float]:
 
 def test_it_counts_decisions_by_action_and_the_wait_of_a_resolved_approval(client, alice, carol, troubleshooting,
                                                                           script):
-    script(LoopbackProvider([tool_turn(("read_logs", {"service": "db"}), WRITE), text_turn("done")]))
+    script(tool_turn(("read_logs", {"service": "db"}), WRITE), text_turn("done"))
     start = clock.now()
     with time_machine.travel(start, tick=False):
         exchange, _ = session_message_submit(user=alice, session=troubleshooting, content="investigate")
@@ -63,7 +63,7 @@ def test_it_counts_decisions_by_action_and_the_wait_of_a_resolved_approval(clien
 
 
 def test_the_exposition_never_carries_raw_arguments(client, alice, troubleshooting, script):
-    script(LoopbackProvider([tool_turn(WRITE), text_turn("done")]))
+    script(tool_turn(WRITE), text_turn("done"))
     session_message_submit(user=alice, session=troubleshooting, content="investigate")
     body = client.get("/metrics").content.decode()
     assert re.search(r"^skald_gate_decisions_total\{action=\"require\"\} [1-9]", body, re.MULTILINE)

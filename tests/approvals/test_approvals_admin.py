@@ -16,7 +16,7 @@ from approvals.models import ApprovalRule, ApprovalStatus, KnownTool, PendingApp
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from loop.models import ExchangeStatus
-from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
+from loop.providers.loopback import text_turn, tool_turn
 from skald.core import clock
 from skald.sessions.services import session_message_submit
 from tests.conftest import make_user
@@ -46,7 +46,7 @@ def rule_form(**overrides) -> dict[str, str]:
 
 
 def park_writes(alice, session, script, *calls) -> list[PendingApproval]:
-    script(LoopbackProvider([tool_turn(*(calls or (WRITE,))), text_turn("done")]))
+    script(tool_turn(*(calls or (WRITE,))), text_turn("done"))
     exchange, _ = session_message_submit(user=alice, session=session, content="investigate")
     exchange.refresh_from_db()
     assert exchange.status == ExchangeStatus.PARKED

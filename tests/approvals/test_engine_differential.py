@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from approvals.engine import RuleSet, RuleView, check
+from tests.strength import examples
 
 TOOLS = ["read_file", "write_file", "execute_cmd", "ask_human", "x"]
 # Drawn uniformly: "*" repeats so that more rules match and conflict.
@@ -149,7 +150,7 @@ args_strategy = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=10_000, deadline=None, derandomize=True, database=None,
+@settings(max_examples=examples(10_000), deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(tool=st.sampled_from(TOOLS), args=args_strategy, sets=scopes())
 def test_the_engine_agrees_with_the_naive_reference(tool, args, sets):

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from audit import chain
 from tests.audit.forge import ROW_COLUMNS, chain_rows, changed
+from tests.strength import examples
 
 KEY = "audit-key-for-tests"
 
@@ -319,7 +320,7 @@ def apply(rows: list[Row], op: str, at: int, column: str | None) -> list[Row]:
     return rows[:index]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(mutation, min_size=1, max_size=6))
 def test_any_sequence_of_attacks_that_changes_the_chain_is_detected(mutations):
     rows = SMALL

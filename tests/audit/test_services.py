@@ -27,6 +27,7 @@ from audit.services import (
 )
 from skald.core.errors import NotFound
 from tests.audit.forge import ROW_COLUMNS, changed, delete_rows, shift_seqs, swap_seqs, tamper
+from tests.strength import examples
 
 pytestmark = pytest.mark.db_sensitive
 KEY = "audit-key-for-tests"
@@ -259,7 +260,7 @@ attack = st.one_of(
 
 
 @pytest.mark.django_db
-@settings(max_examples=80, deadline=None,
+@settings(max_examples=examples(80), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(attacks=st.lists(attack, min_size=1, max_size=4))
 def test_random_sql_attacks_are_detected(audit_chain, attacks):

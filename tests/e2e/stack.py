@@ -148,12 +148,11 @@ class Stack:
         return [proc for proc in processes()
                 if proc.sid in sessions or (proc.pid, proc.started) in self.seen]
 
-    def stop(self) -> float:
-        """SIGTERM the launcher; assert it exits 0 and leaves no process behind. Returns seconds taken."""
+    def stop(self) -> None:
+        """SIGTERM the launcher; assert it exits 0 and leaves no process behind."""
         assert not self.stopped, "the stack is already stopped"
         self.remember_tree()
         sessions = self.sessions()
-        started = time.monotonic()
         self.process.send_signal(signal.SIGTERM)
         try:
             code = self.process.wait(timeout=STOP_TIMEOUT)
@@ -162,12 +161,10 @@ class Stack:
             raise AssertionError(f"the launcher ignored SIGTERM for {STOP_TIMEOUT} s:\n{self.log()[-3000:]}") from None
         finally:
             self.stopped = True
-        took = time.monotonic() - started
         assert code == 0, f"the launcher exited {code}:\n{self.log()[-3000:]}"
         # Everything below the launcher was waited for before it exited: nothing may be left at all.
         left = self.leftovers(sessions)
         assert not left, "left behind: " + "; ".join(f"{p.pid} {p.cmdline}" for p in left)
-        return took
 
 
 Launch = Callable[..., "Stack"]  # the ``launch_stack`` fixture's type

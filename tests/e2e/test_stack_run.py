@@ -83,8 +83,7 @@ def test_sigterm_leaves_no_process_and_a_restart_reuses_the_data(stack: Stack, l
     first_case = re.search(r"Demo case: #(\d+)", stack.log())
     assert first_case
 
-    took = stack.stop()  # asserts exit 0 and no daphne / qcluster process left
-    assert took < 10, f"the launcher took {took:.1f} s to stop (a clean stop takes about 2 s)"
+    stack.stop()  # asserts exit 0 and no daphne / qcluster process left
 
     again = launch_stack(var_dir=stack.var_dir)
     assert "users existed already" in again.log()

@@ -2,29 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
 from loop.providers.loopback import LoopbackProvider
 from proposals.models import Proposal
 from skald.core import clock
-from skald.loop_adapters import runtime
 from skald.models import Case, CaseLog, Run, RunStatus
 
 
-@pytest.fixture
-def script(settings, tmp_path) -> Iterator[Callable[[LoopbackProvider], LoopbackProvider]]:
-    """``script(LoopbackProvider([...]))`` makes every agent use that provider; tasks run inline."""
+@pytest.fixture(autouse=True)
+def inline_work(settings, tmp_path) -> None:
+    """Proposal tests run their tasks inline, each in its own workspace root."""
     settings.SKALD_SYNC_TASKS = True
     settings.SKALD_WORKSPACE_ROOT = tmp_path / "workspaces"
-
-    def install(provider: LoopbackProvider) -> LoopbackProvider:
-        runtime.set_provider_factory(lambda agent: provider)
-        return provider
-
-    yield install
-    runtime.set_provider_factory(None)
 
 
 @pytest.fixture
@@ -65,7 +57,7 @@ def drive(script) -> Callable[..., LoopbackProvider]:
     from skald.sessions.services import session_message_submit
 
     def run_turns(run: Run, *turns, message: str | None = None) -> LoopbackProvider:
-        provider = script(LoopbackProvider(list(turns)))
+        provider = script(*turns)
         session_message_submit(user=run.launched_by, session=run.session, content=message or run.ticket)
         provider.assert_complete()
         return provider

@@ -78,3 +78,32 @@ def test_typed_helpers_fail_loudly_on_bad_values(tmp_path):
 def test_a_bad_setting_stops_the_process_with_its_name(tmp_path):
     result = manage(production_env(tmp_path, SKALD_Q_WORKERS="many"), "check")
     assert result.returncode != 0 and "SKALD_Q_WORKERS" in result.stderr
+
+
+def test_a_server_database_with_debug_on_warns(tmp_path):
+    env = production_env(tmp_path, SKALD_DEBUG="1")
+    result = manage(env, "check")
+    assert result.returncode == 0
+    assert "skald.W003" in result.stderr
+
+
+def test_importing_settings_creates_no_directory_and_writes_no_file(tmp_path):
+    var_dir = tmp_path / "never-made"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SKALD_", "DATABASE_URL"))}
+    env["SKALD_VAR_DIR"] = str(var_dir)
+    code = "import skald.settings as s; print(len(s.SECRET_KEY))"
+    result = subprocess.run([sys.executable, "-c", code], env=env, cwd=BASE, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) >= 50  # a throwaway key, not an empty one
+    assert not var_dir.exists()
+
+
+def test_manage_py_prepares_var_once_and_keeps_its_key(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SKALD_", "DATABASE_URL"))}
+    env["SKALD_VAR_DIR"] = str(tmp_path / "var")
+    assert manage(env, "check").returncode == 0
+    key = (tmp_path / "var" / "secret_key").read_text()
+    assert manage(env, "check").returncode == 0
+    assert (tmp_path / "var" / "secret_key").read_text() == key
+    assert (tmp_path / "var" / "secret_key").stat().st_mode & 0o077 == 0

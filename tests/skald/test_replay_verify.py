@@ -12,7 +12,7 @@ from django.db import connection
 from approvals.models import PendingApproval
 from approvals.seed import default_rules_ensure
 from loop.models import Exchange, ExchangeStatus, SessionEvent
-from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
+from loop.providers.loopback import text_turn, tool_turn
 from loop.store import build_receipt
 from skald.agents.seed import seed_agents
 from skald.core import clock
@@ -26,18 +26,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
 
 SEARCH = ("search_knowledge", {"query": "connection pool exhausted"})
 WRITE = ("write_file", {"path": "reports/findings.md", "content": "# Findings\n"})
-
-
-@pytest.fixture
-def script():
-    """``script(LoopbackProvider([...]))`` makes every agent use that provider."""
-
-    def install(provider: LoopbackProvider) -> LoopbackProvider:
-        runtime.set_provider_factory(lambda agent: provider)
-        return provider
-
-    yield install
-    runtime.set_provider_factory(None)
 
 
 @pytest.fixture
@@ -70,7 +58,7 @@ def no_provider():
 
 def converse(alice, run: Run, script, content: str = "why does the db time out?") -> Exchange:
     """One settled exchange: a search_knowledge call, then an answer."""
-    script(LoopbackProvider([tool_turn(SEARCH), text_turn("the pool is exhausted")]))
+    script(tool_turn(SEARCH), text_turn("the pool is exhausted"))
     exchange, _ = session_message_submit(user=alice, session=run.session, content=content)
     exchange.refresh_from_db()
     assert exchange.status == ExchangeStatus.SETTLED and exchange.outcome == "completed"
@@ -172,7 +160,7 @@ def test_a_history_the_projection_refuses_is_a_mismatch(alice, run, script):
 
 
 def test_a_parked_exchange_is_counted_and_verifies_before_and_after_its_approval(alice, carol, api, run, script):
-    script(LoopbackProvider([tool_turn(WRITE), text_turn("written")]))
+    script(tool_turn(WRITE), text_turn("written"))
     session_message_submit(user=alice, session=run.session, content="write the findings")
     assert Exchange.objects.get(session=run.session).status == ExchangeStatus.PARKED
     parked = replay_verify_run(run_id=run.pk)

@@ -198,17 +198,12 @@ def test_the_demo_playbook_parks_on_the_write_completes_after_approval_and_leave
 
 def test_the_wait_is_bounded_and_a_run_still_queued_at_the_deadline_answers_202(alice, api, world, provider,
                                                                                  settings):
-    import time
-
     from django_q.models import OrmQ
 
-    settings.SKALD_SYNC_TASKS = False  # no worker runs: the episode cannot end within the wait
+    settings.SKALD_SYNC_TASKS = False  # no worker runs: only the deadline can end the wait
     settings.SKALD_GDL_WAIT_SECONDS = 1
-    started = time.monotonic()
     response = launch(api, alice, world)
-    waited = time.monotonic() - started
     assert response.status_code == 202 and response.json()["status"] == "queued"
-    assert 1.0 <= waited < 5.0
     assert OrmQ.objects.count() == 1  # the run waits on the broker, not on the request
     from skald.tasks import run_kernel_turn
 
@@ -230,7 +225,6 @@ def test_a_client_that_goes_away_ends_the_wait_and_never_the_run(alice, world, p
     """Through the real ASGI handler: the client disconnects while the launch waits."""
     import asyncio
     import json as jsonlib
-    import time
 
     from asgiref.sync import sync_to_async
     from django.db import connections
@@ -249,7 +243,7 @@ def test_a_client_that_goes_away_ends_the_wait_and_never_the_run(alice, world, p
              "client": ("127.0.0.1", 1), "server": ("testserver", 80)}
     sent: list[dict] = []
 
-    async def scenario() -> float:
+    async def scenario() -> None:
         messages = [{"type": "http.request", "body": body, "more_body": False}]
 
         async def receive() -> dict:
@@ -261,15 +255,13 @@ def test_a_client_that_goes_away_ends_the_wait_and_never_the_run(alice, world, p
         async def send(message: dict) -> None:
             sent.append(message)
 
-        started = time.monotonic()
-        await asyncio.wait_for(application(scope, receive, send), timeout=15)
-        elapsed = time.monotonic() - started
+        # A hang guard only: a view that ignored the disconnect would answer after its full wait,
+        # and the assertion below would see that answer.
+        await asyncio.wait_for(application(scope, receive, send), timeout=60)
         await asyncio.sleep(0.3)  # a cancelled view's last query may still be finishing in its thread
         await sync_to_async(connections.close_all)()  # the handler's thread keeps a connection
-        return elapsed
 
-    elapsed = asyncio.run(scenario())
-    assert 0.5 <= elapsed < 5, f"the wait went on for {elapsed:.1f} s after the client left"
+    asyncio.run(scenario())
     assert not any(message["type"] == "http.response.start" for message in sent)  # nobody left to answer
     run = Run.objects.get()
     assert run.status == RunStatus.QUEUED  # the run is untouched: it waits for a worker

@@ -1,25 +1,13 @@
-"""Read-only admin views of the kernel's store: rows change only through the kernel."""
+"""Read-only admin views of the kernel's store: rows change only through the kernel.
+
+They live in the composition layer, not in `loop/`: the kernel knows nothing of how Skald shows it."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
-from django.http import HttpRequest
 
 from loop.models import Exchange, Frame, Session, SessionEvent, ToolCall
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
+from skald.core.admin import ReadOnlyAdmin
 
 EVENT_FIELDS = ("seq", "kind", "narrative", "payload", "created_at")
 

@@ -1,0 +1,27 @@
+"""Admin conventions every app shares."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+
+class ReadOnlyMixin:
+    """No add, change or delete for anybody: these rows change only through their services (an
+    edited audit row is a broken chain; a parked call resolves through the approval service).
+    A mixin so that model admins and inlines share it."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class ReadOnlyAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    """A model admin that only shows."""
