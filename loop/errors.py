@@ -25,6 +25,26 @@ class HarnessError(LoopError):
     code = "harness_error"
 
 
+class AdmissionRefused(HarnessError):
+    """Another exchange of the session is still active: the new request is refused, nothing stored."""
+
+
+class SessionBusy(AdmissionRefused):
+    code = "session_busy"
+
+
+class SessionAwaitingHuman(AdmissionRefused):
+    """The session's active exchange is parked on a human (an approval or a handoff)."""
+
+    code = "session_awaiting_human"
+
+
+class ClaimRefused(HarnessError):
+    """The exchange is not open, or another driver holds its claim (no double driving)."""
+
+    code = "claim_refused"
+
+
 class ProviderError(LoopError):
     """The provider could not deliver a turn (transport, HTTP status, protocol, SSRF refusal)."""
 

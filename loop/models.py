@@ -115,7 +115,7 @@ class ToolCallStatus(models.TextChoices):
     AWAITING_HUMAN = "awaiting_human"
     COMPLETED = "completed"
     FAILED = "failed"
-    CANCELLED = "cancelled"
+    CANCELED = "canceled"  # one spelling across the kernel (the outcome is ``canceled`` too)
     REJECTED = "rejected"
     INTERRUPTED = "interrupted"
     EXPIRED = "expired"
@@ -125,7 +125,7 @@ TERMINAL_TOOL_CALL_STATUSES = frozenset(
     {
         ToolCallStatus.COMPLETED,
         ToolCallStatus.FAILED,
-        ToolCallStatus.CANCELLED,
+        ToolCallStatus.CANCELED,
         ToolCallStatus.REJECTED,
         ToolCallStatus.INTERRUPTED,
         ToolCallStatus.EXPIRED,

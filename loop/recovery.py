@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Literal
 
+from loop.cancellation import CancelToken
 from loop.driver import LoopEnv, drive_exchange
-from loop.models import Exchange, ExchangeStatus, Outcome, ToolCall, ToolCallStatus
-from loop.outcomes import Canceled, ExchangeResult
-from loop.store import ParsedCall
-from loop.tools.fanout import RoundEnv, run_round
+from loop.models import Exchange, ExchangeStatus, ToolCall, ToolCallStatus
+from loop.outcomes import CancelCause, Canceled, ExchangeResult
+from loop.store import parsed_from_row
+from loop.tools.fanout import run_round
 
 Resolution = Literal["approve", "reject", "expire", "answer", "close"]
 
@@ -22,7 +23,6 @@ _RESULTS = {
     "reject": (ToolCallStatus.REJECTED, "rejected by a human: {reason}"),
     "expire": (ToolCallStatus.EXPIRED, "expired: no human answered the approval in time"),
     "answer": (ToolCallStatus.COMPLETED, "A human answered: {reason}"),
-    "close": (ToolCallStatus.CANCELLED, "closed by a human: {reason}"),
 }
 
 
@@ -31,22 +31,22 @@ def resolve_pending(
 ) -> ExchangeResult | None:
     """Settle one parked call; drive the exchange on when it was the last one waiting.
 
-    Returns the exchange result when this resolver drove the exchange, None otherwise (another
-    resolver holds the batch, or the call was already settled — rejected and cancelled calls are
-    terminal and never re-executed).
+    Returns the exchange result when this resolver drove (or closed) the exchange, None otherwise
+    (another resolver holds the batch, or the call was already settled — rejected and canceled
+    calls are terminal and never re-executed).
     """
     store = env.store
     narrative = call.frame.narrative
     if resolution == "approve":
         if not store.take_awaiting(call, to_status=ToolCallStatus.PLANNED, principal=env.principal):
             return None
-        round_env = RoundEnv(store=store, tools=env.tools, gate=env.gate, scope=env.scope, bounds=env.bounds,
-                             principal=env.principal, narrative=narrative)
-        parsed = ParsedCall(key=call.call_key, provider_id=call.provider_call_id, name=call.tool,
-                            raw_arguments="", arguments=dict(call.arguments))
-        from loop.cancellation import CancelToken
-
-        run_round(round_env, [(call, parsed)], CancelToken(), skip_gate_for=frozenset({call.pk}))
+        run_round(env.round_env(narrative), [(call, parsed_from_row(call))], CancelToken(),
+                  skip_gate_for=frozenset({call.pk}))
+    elif resolution == "close":
+        if not store.take_awaiting(call, to_status=ToolCallStatus.RUNNING, principal=env.principal):
+            return None
+        store.cancel_calls([call], reason=f"closed by a human: {reason}".rstrip(": "), principal=env.principal,
+                           narrative=narrative)
     else:
         status, template = _RESULTS[resolution]
         if not store.take_awaiting(call, to_status=ToolCallStatus.RUNNING, principal=env.principal):
@@ -54,18 +54,16 @@ def resolve_pending(
         store.record_result(call, status=status, content=template.format(reason=reason).rstrip(": "),
                             is_error=resolution != "answer", truncated=False, principal=env.principal,
                             narrative=narrative)
-    exchange = Exchange.objects.get(pk=call.exchange_id)
+    exchange = store.exchange(call.exchange_id)
     if store.awaiting_calls(exchange.pk) or exchange.status != ExchangeStatus.PARKED:
         return None
     if resolution == "close":
-        store.settle(exchange, outcome=Outcome.CANCELED, principal=env.principal,
-                     detail={"reason": "closed by a human", "note": reason[:500]})
-        exchange.refresh_from_db()
-        return ExchangeResult(exchange.pk, Canceled("closed by a human"), exchange.receipt)
+        closed = Canceled(reason=reason[:500], cause=CancelCause.CLOSED_BY_HUMAN)
+        store.settle(exchange, closed, principal=env.principal)
+        return ExchangeResult(exchange.pk, closed, exchange.receipt)
     if not store.reopen(exchange, principal=env.principal, reason=f"{resolution} {call.call_key}"):
         return None
-    exchange.refresh_from_db()
-    return drive_exchange(env, exchange, claim_token=claim_token)
+    return drive_exchange(env, store.exchange(exchange.pk), claim_token=claim_token)
 
 
 INTERRUPTED_RESULT = "interrupted: the worker driving this call stopped before it finished; it was not retried"
@@ -80,9 +78,7 @@ def repair_dangling(env: LoopEnv, exchange: Exchange, *, reason: str) -> int:
     Returns the number of calls repaired.
     """
     store = env.store
-    dangling = list(ToolCall.objects.filter(exchange=exchange, status__in=[ToolCallStatus.PLANNED,
-                                                                           ToolCallStatus.RUNNING])
-                    .select_related("frame").order_by("id"))
+    dangling = store.calls_in(exchange.pk, ToolCallStatus.PLANNED, ToolCallStatus.RUNNING)
     for call in dangling:
         store.record_result(call, status=ToolCallStatus.INTERRUPTED, content=INTERRUPTED_RESULT, is_error=True,
                             truncated=False, principal=env.principal, narrative=call.frame.narrative)

@@ -1,36 +1,43 @@
-"""Classifying a model turn is pure: what the driver does next, as a typed value."""
+"""Classifying a finished model turn is pure: what the driver does next, as a typed value."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loop.outcomes import Completed, RunOutcome, TurnCapReached
+from loop.outcomes import Completed, TurnCapReached
 from loop.providers.base import AssembledTurn
 
 
 @dataclass(frozen=True, slots=True)
-class RunAgain:
-    """Tool calls to execute, then another provider turn."""
+class Answer:
+    """No tool calls: the turn is the answer and the exchange completes."""
+
+    outcome: Completed
 
 
 @dataclass(frozen=True, slots=True)
-class FinalStep:
-    outcome: RunOutcome
-    cap_reached: bool = False
+class CapReached:
+    """Tool calls on the last allowed turn: the group is closed without running anything."""
+
+    outcome: TurnCapReached
 
 
 @dataclass(frozen=True, slots=True)
-class ParkStep:
-    call_keys: tuple[str, ...]
+class ToolRound:
+    """Tool calls to run, then another provider turn (or a park, or a stop)."""
 
 
-Step = RunAgain | FinalStep | ParkStep
+Step = Answer | CapReached | ToolRound
 
 
 def classify_turn(assembled: AssembledTurn, *, turn: int, max_turns: int) -> Step:
-    """What follows a finished model turn: the answer, the turn cap, or a tool round."""
+    """What follows a finished model turn: the answer, the turn cap, or a tool round.
+
+    This is the only place the turn cap is tested: a turn is dispatched only after a tool round,
+    and a tool round only happens below the cap.
+    """
     if not assembled.tool_calls:
-        return FinalStep(Completed(answer=assembled.text))
+        return Answer(Completed(answer=assembled.text))
     if turn >= max_turns:
-        return FinalStep(TurnCapReached(turns=turn), cap_reached=True)
-    return RunAgain()
+        return CapReached(TurnCapReached(turns=turn))
+    return ToolRound()

@@ -1,28 +1,27 @@
-"""The store's tool-call writes: message ends with their planned calls, intents, results, parking."""
+"""The store's tool-call writes: message ends with their planned calls, intents, results, cancellation.
+
+A call moves ``planned → running → completed | failed | rejected | cancelled | interrupted``, or
+``→ awaiting_human`` and on once a human answers; every move is one audited transition.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 
-from loop import rows
+from loop import sql
 from loop.digest import arguments_hash, canonical, events_digest
 from loop.events import EventKind
-from loop.models import (
-    Exchange,
-    ExchangeStatus,
-    Frame,
-    Outcome,
-    ToolCall,
-    ToolCallStatus,
-)
+from loop.journal import Journal
+from loop.models import Exchange, Frame, ToolCall, ToolCallStatus
 from loop.projection import call_key
 from loop.providers.base import AssembledTurn
-from loop.store_base import StoreBase
+from loop.sql import calls as call_rows
+from loop.sql import exchanges as exchange_rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,39 +42,29 @@ def parse_arguments(raw: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def parsed_from_row(call: ToolCall) -> ParsedCall:
+    """A stored call as the tool pipeline takes it (a resumed or recovered call)."""
+    return ParsedCall(key=call.call_key, provider_id=call.provider_call_id, name=call.tool, raw_arguments="",
+                      arguments=dict(call.arguments))
 
-class CallWrites(StoreBase):
-    def record_message_end(
-        self,
-        *,
-        exchange: Exchange,
-        frame: Frame,
-        turn: int,
-        assembled: AssembledTurn,
-        principal: str,
-        spent_tokens: int,
-        journal: int = 0,
-    ) -> list[tuple[ToolCall, ParsedCall]]:
-        """Persist the assistant turn and its planned calls (message end, SPEC L1).
 
-        ``journal`` calls (the first ones of the round) also get their ``control:tool_intent`` in
-        this transaction: nothing happens between the message end and their intent but the gate.
-        """
-        with transaction.atomic():
-            calls = self._message_end(exchange, frame, turn, assembled, principal, spent_tokens)
-            for call, _parsed in calls[:journal]:
-                self._intent(call, principal=principal, narrative=frame.narrative)
-        return calls
+CANCELED_RESULT = "tool call canceled: {reason}"
 
-    def _message_end(
+
+class CallLog:
+    """Tool-call rows and the narrative rows that go with them."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+
+    def message_end(
         self, exchange: Exchange, frame: Frame, turn: int, assembled: AssembledTurn, principal: str, spent: int
     ) -> list[tuple[ToolCall, ParsedCall]]:
+        """The assistant row and its planned calls, inside the caller's transaction (SPEC L1)."""
         number = exchange.number
         parsed = [
-            ParsedCall(
-                key=call_key(number, turn, index), provider_id=call.id, name=call.name,
-                raw_arguments=call.arguments, arguments=parse_arguments(call.arguments),
-            )
+            ParsedCall(key=call_key(number, turn, index), provider_id=call.id, name=call.name,
+                       raw_arguments=call.arguments, arguments=parse_arguments(call.arguments))
             for index, call in enumerate(assembled.tool_calls)
         ]
         payload = {
@@ -88,145 +77,130 @@ class CallWrites(StoreBase):
             "input_tokens": assembled.input_tokens,
             "output_tokens": assembled.output_tokens,
         }
-        now = self.clock.now()
-        seq = self._append(
+        now = self.journal.now()
+        seq = self.journal.append(
             exchange.session_id, EventKind.ASSISTANT, payload,
             f"s{exchange.session_id}:{frame.narrative}e{number}:t{turn}:assistant",
             exchange_id=exchange.pk, narrative=frame.narrative,
         )
         calls: list[tuple[ToolCall, ParsedCall]] = []
-        with connection.cursor() as cursor:
+        with sql.cursor() as cursor:
             for index, c in enumerate(parsed):
                 arguments = c.arguments if c.arguments is not None else {}
                 digest = arguments_hash(c.arguments if c.arguments is not None else c.raw_arguments)
                 values = [exchange.session_id, exchange.pk, frame.pk, turn, index, c.key, c.provider_id[:128],
                           c.name[:128], canonical(arguments), digest, ToolCallStatus.PLANNED, now]
                 call = ToolCall(
-                    id=rows.insert_tool_call(cursor, values), session_id=exchange.session_id,
+                    id=call_rows.insert_tool_call(cursor, values), session_id=exchange.session_id,
                     exchange_id=exchange.pk, frame_id=frame.pk, turn=turn, index=index, call_key=c.key,
                     provider_call_id=c.provider_id[:128], tool=c.name[:128], arguments=arguments,
                     arguments_hash=digest, status=ToolCallStatus.PLANNED, created_at=now, updated_at=now,
                 )
                 call._state.adding = False
                 calls.append((call, c))
-            rows.count_turn(cursor, exchange.pk, input_tokens=assembled.input_tokens or 0,
-                            output_tokens=assembled.output_tokens or 0, spent=spent,
-                            incomplete=not assembled.has_usage)
-        self.audit.append(
-            "loop.turn.ended", principal=principal, subject_type="exchange", subject_id=str(exchange.pk),
+            exchange_rows.count_turn(cursor, exchange.pk, input_tokens=assembled.input_tokens or 0,
+                                     output_tokens=assembled.output_tokens or 0, spent=spent,
+                                     incomplete=not assembled.has_usage)
+        self.journal.audit(
+            "loop.turn.ended", principal=principal, subject_type="exchange", subject_id=exchange.pk,
             payload={"turn": turn, "seq": seq, "calls": [c.key for c in parsed],
                      "digest": events_digest([(seq, EventKind.ASSISTANT, payload)])},
         )
-        self._wake(exchange.session_id, seq)
+        self.journal.wake(exchange.session_id, seq)
         return calls
+
+    def intent(self, call: ToolCall, *, principal: str, narrative: str) -> None:
+        """``control:tool_intent`` and the move to running, inside the caller's transaction."""
+        payload = {"key": call.call_key, "name": call.tool, "arguments_hash": call.arguments_hash}
+        seq = self.journal.append(call.session_id, EventKind.TOOL_INTENT, payload,
+                                  f"s{call.session_id}:{narrative}{call.call_key}:intent",
+                                  exchange_id=call.exchange_id, narrative=narrative)
+        self.transition(call, ToolCallStatus.RUNNING, principal=principal, extra={"seq": seq})
+        self.journal.wake(call.session_id, seq)
 
     def record_intent(self, call: ToolCall, *, principal: str, narrative: str = "") -> None:
         """Journal ``control:tool_intent`` and mark the call running, before it executes (SPEC L9)."""
         with transaction.atomic():
-            self._intent(call, principal=principal, narrative=narrative)
+            self.intent(call, principal=principal, narrative=narrative)
 
-    def _intent(self, call: ToolCall, *, principal: str, narrative: str) -> None:
-        payload = {"key": call.call_key, "name": call.tool, "arguments_hash": call.arguments_hash}
-        seq = self._append(call.session_id, EventKind.TOOL_INTENT, payload,
-                           f"s{call.session_id}:{narrative}{call.call_key}:intent",
-                           exchange_id=call.exchange_id, narrative=narrative)
-        self._transition(call, ToolCallStatus.RUNNING, principal=principal, extra={"seq": seq})
-        self._wake(call.session_id, seq)
+    def result(
+        self, call: ToolCall, *, status: str, content: str, is_error: bool, truncated: bool, principal: str,
+        narrative: str,
+    ) -> int:
+        """``tool_result`` + ``control:tool_done`` and the call's final state, inside the caller's
+        transaction. Returns the seq of the done row."""
+        payload = {"key": call.call_key, "name": call.tool, "content": content, "is_error": is_error,
+                   "status": status, "truncated": truncated}
+        first = self.journal.append(call.session_id, EventKind.TOOL_RESULT, payload,
+                                    f"s{call.session_id}:{narrative}{call.call_key}:result",
+                                    exchange_id=call.exchange_id, narrative=narrative)
+        done = self.journal.append(call.session_id, EventKind.TOOL_DONE, {"key": call.call_key, "status": status},
+                                   f"s{call.session_id}:{narrative}{call.call_key}:done",
+                                   exchange_id=call.exchange_id, narrative=narrative)
+        call.result = content
+        call.is_error = is_error
+        self.transition(call, status, principal=principal,
+                        extra={"seq": first, "digest": events_digest([(first, EventKind.TOOL_RESULT, payload)])})
+        self.journal.wake(call.session_id, done)
+        return done
 
     def record_result(
-        self,
-        call: ToolCall,
-        *,
-        status: str,
-        content: str,
-        is_error: bool,
-        truncated: bool,
-        principal: str,
+        self, call: ToolCall, *, status: str, content: str, is_error: bool, truncated: bool, principal: str,
         narrative: str = "",
     ) -> None:
         """Append ``tool_result`` + ``control:tool_done`` and settle the call's state."""
-        result = {"key": call.call_key, "name": call.tool, "content": content, "is_error": is_error,
-                  "status": status, "truncated": truncated}
         with transaction.atomic():
-            first = self._append(call.session_id, EventKind.TOOL_RESULT, result,
-                                 f"s{call.session_id}:{narrative}{call.call_key}:result",
-                                 exchange_id=call.exchange_id, narrative=narrative)
-            done = self._append(call.session_id, EventKind.TOOL_DONE, {"key": call.call_key, "status": status},
-                                f"s{call.session_id}:{narrative}{call.call_key}:done",
-                                exchange_id=call.exchange_id, narrative=narrative)
-            call.result = content
-            call.is_error = is_error
-            self._transition(call, status, principal=principal,
-                             extra={"seq": first, "digest": events_digest([(first, EventKind.TOOL_RESULT, result)])})
-            self._wake(call.session_id, done)
+            self.result(call, status=status, content=content, is_error=is_error, truncated=truncated,
+                        principal=principal, narrative=narrative)
 
-    def _transition(self, call: ToolCall, status: str, *, principal: str, extra: Mapping[str, Any]) -> None:
+    def cancel_calls(
+        self, calls: Sequence[ToolCall], *, reason: str, principal: str, narrative: str | None = None
+    ) -> int:
+        """The one way a call ends ``cancelled``: a model-visible result that says why, audited.
+
+        Used for a stop, for calls left over when the turn cap is reached, and for a handoff a
+        human closed. ``narrative`` defaults to each call's own frame. Returns how many were
+        cancelled.
+        """
+        with transaction.atomic():
+            for call in calls:
+                self.result(call, status=ToolCallStatus.CANCELED, content=CANCELED_RESULT.format(reason=reason),
+                            is_error=True, truncated=False, principal=principal,
+                            narrative=call.frame.narrative if narrative is None else narrative)
+        return len(calls)
+
+    def transition(self, call: ToolCall, status: str, *, principal: str, extra: Mapping[str, Any]) -> None:
         previous = call.status
         call.status = status
-        call.updated_at = self.clock.now()
-        with connection.cursor() as cursor:
-            rows.set_call_state(cursor, call.pk, status=status, result=call.result, is_error=call.is_error,
-                                now=call.updated_at)
-        self.audit.append(
-            "loop.tool_call.transition", principal=principal, subject_type="tool_call", subject_id=str(call.pk),
+        call.updated_at = self.journal.now()
+        with sql.cursor() as cursor:
+            call_rows.set_call_state(cursor, call.pk, status=status, result=call.result, is_error=call.is_error,
+                                     now=call.updated_at)
+        self.journal.audit(
+            "loop.tool_call.transition", principal=principal, subject_type="tool_call", subject_id=call.pk,
             payload={"key": call.call_key, "tool": call.tool, "from": previous, "to": status,
                      "arguments_hash": call.arguments_hash, **extra},
         )
 
-    def park(
-        self,
-        exchange: Exchange,
-        parked: Sequence[tuple[ToolCall, Callable[[], Mapping[str, Any]]]],
-        *,
-        principal: str,
-        question: str = "",
-    ) -> None:
-        """Park calls awaiting a human (SPEC A3): each ``park`` callback writes its durable approval
-        in this same transaction; the exchange ends AwaitingHuman and no worker waits."""
-        with transaction.atomic():
-            keys = []
-            for call, park in parked:
-                detail = dict(park())
-                self._transition(call, ToolCallStatus.AWAITING_HUMAN, principal=principal, extra={})
-                self._append(
-                    call.session_id, EventKind.APPROVAL_REQUESTED,
-                    {"key": call.call_key, "name": call.tool, "tool_call_id": call.pk, **detail},
-                    f"s{call.session_id}:{call.call_key}:approval:{call.updated_at.timestamp()}",
-                    exchange_id=exchange.pk,
-                )
-                keys.append(call.call_key)
-            Exchange.objects.filter(pk=exchange.pk).update(
-                status=ExchangeStatus.PARKED, outcome=Outcome.AWAITING_HUMAN, claim_token=""
-            )
-            seq = self._append(
-                exchange.session_id, EventKind.EXCHANGE_PARKED, {"calls": keys, "question": question},
-                f"s{exchange.session_id}:e{exchange.number}:parked:{len(keys)}:{self.clock.now().timestamp()}",
-                exchange_id=exchange.pk,
-            )
-            self.audit.append(
-                "loop.exchange.parked", principal=principal, subject_type="exchange", subject_id=str(exchange.pk),
-                payload={"calls": keys, "question": question[:500]},
-            )
-            self._wake(exchange.session_id, seq)
-        exchange.status, exchange.outcome, exchange.claim_token = ExchangeStatus.PARKED, Outcome.AWAITING_HUMAN, ""
-
     def take_awaiting(self, call: ToolCall, *, to_status: str, principal: str) -> bool:
         """Move a call out of awaiting_human exactly once (a second resolver gets False)."""
         with transaction.atomic():
-            if not _transition_if(call.pk, ToolCallStatus.AWAITING_HUMAN, to_status, self.clock.now()):
+            if not call_rows.transition_if(call.pk, ToolCallStatus.AWAITING_HUMAN, to_status, self.journal.now()):
                 return False
             call.refresh_from_db()
-            self.audit.append(
-                "loop.tool_call.transition", principal=principal, subject_type="tool_call", subject_id=str(call.pk),
+            self.journal.audit(
+                "loop.tool_call.transition", principal=principal, subject_type="tool_call", subject_id=call.pk,
                 payload={"key": call.call_key, "tool": call.tool, "from": ToolCallStatus.AWAITING_HUMAN,
                          "to": to_status, "arguments_hash": call.arguments_hash},
             )
         return True
 
     def awaiting_calls(self, exchange_id: int) -> int:
-        return ToolCall.objects.filter(exchange_id=exchange_id, status=ToolCallStatus.AWAITING_HUMAN).count()
+        return call_rows.count_in_state(exchange_id, ToolCallStatus.AWAITING_HUMAN)
 
+    def calls_in(self, exchange_id: int, *statuses: str) -> list[ToolCall]:
+        """An exchange's calls in ``statuses`` (with their frames), oldest first."""
+        return call_rows.calls_in_states(exchange_id, statuses)
 
-def _transition_if(call_id: int, from_status: str, to_status: str, now: Any) -> bool:
-    """A conditional state change: exactly one actor moves a call out of ``from_status``."""
-    return ToolCall.objects.filter(pk=call_id, status=from_status).update(status=to_status, updated_at=now) == 1
+    def call(self, call_id: int) -> ToolCall:
+        return call_rows.call_by_id(call_id)

@@ -3,7 +3,7 @@
 For one session, recomputed from stored columns only — no provider is built or called:
 
 * **sequence** — the session's seqs are exactly ``1..last_seq`` and exchange numbers ``1..n``;
-* **receipts** — each settled exchange's receipt is rebuilt with :func:`loop.store.build_receipt`
+* **receipts** — each settled exchange's receipt is rebuilt with :func:`loop.outcomes.build_receipt`
   over its events as stored now and compared field by field;
 * **projection** — each narrative's conversation rows project without a refusal, one window per
   compaction (rows of a still open or parked exchange are left out: their tool group may be open).
@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from loop.events import CONVERSATION_KINDS, EventKind
-from loop.models import Exchange, ExchangeStatus, Session, SessionEvent
+from loop.models import Exchange, ExchangeStatus
+from loop.outcomes import build_receipt
 from loop.projection import EventRow, ProjectionError, project
-from loop.store import build_receipt
+from loop.sql import events as event_rows
+from loop.sql import exchanges as exchange_rows
 
 Finding = dict[str, Any]
 
@@ -57,19 +59,12 @@ class SessionRows:
 
 def load_session_rows(session_id: int) -> SessionRows | None:
     """The rows to verify, or ``None`` when the session does not exist."""
-    session = Session.objects.filter(pk=session_id).values("last_seq", "exchange_count").first()
-    if session is None:
+    counters = event_rows.session_counters(session_id)
+    if counters is None:
         return None
-    events = [
-        StoredEvent(*row)
-        for row in SessionEvent.objects.filter(session_id=session_id)
-        .order_by("seq")
-        .values_list("seq", "kind", "payload", "exchange_id", "narrative")
-    ]
-    return SessionRows(session_id=session_id, last_seq=session["last_seq"],
-                       exchange_count=session["exchange_count"],
-                       exchanges=list(Exchange.objects.filter(session_id=session_id).order_by("number")),
-                       events=events)
+    events = [StoredEvent(*row) for row in event_rows.session_rows(session_id)]
+    return SessionRows(session_id=session_id, last_seq=counters[0], exchange_count=counters[1],
+                       exchanges=exchange_rows.session_exchanges(session_id), events=events)
 
 
 def finding(exchange: Exchange | None, field: str, **values: Any) -> Finding:

@@ -6,7 +6,7 @@ import logging
 
 from approvals.services import approvals_expire
 from loop.driver import drive_exchange
-from loop.errors import HarnessError
+from loop.errors import ClaimRefused
 from loop.models import Exchange, ExchangeStatus, ToolCall
 from loop.recovery import resolve_pending
 from skald.cases.runs import run_sync_from_exchange
@@ -27,10 +27,8 @@ def run_kernel_turn(exchange_id: int) -> str:
     try:
         env = build_env(exchange.session, exchange_id=exchange.pk)
         result = drive_exchange(env, exchange, claim_token=new_token())
-    except HarnessError as exc:
-        if exc.code == "claim_refused":  # another worker drives it: no double driving
-            return "claimed elsewhere"
-        raise
+    except ClaimRefused:  # another worker drives it: no double driving
+        return "claimed elsewhere"
     finally:
         after_exchange(exchange_id)
     return result.outcome.name

@@ -12,20 +12,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connections
-
 from loop.bounds import truncate_output
 from loop.cancellation import CancelToken
 from loop.errors import HumanNeeded, ToolError
 from loop.masking import CredentialTripwire, withhold_credentials
+from loop.models import ToolCallStatus
 from loop.ports import Tool, ToolContext
+from loop.sql import release_thread
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class ToolOutcome:
-    status: str  # a ToolCallStatus value: completed | failed | cancelled
+    status: str  # a ToolCallStatus value: completed | failed | canceled | awaiting_human
     content: str
     is_error: bool
     truncated: bool = False
@@ -44,7 +44,7 @@ def execute_tool(
         except BaseException as exc:  # noqa: BLE001 - every failure becomes a tool result
             box["error"] = exc
         finally:
-            connections.close_all()
+            release_thread()
 
     worker = threading.Thread(target=target, name=f"tool:{tool.name}", daemon=True)
     worker.start()
@@ -52,20 +52,21 @@ def execute_tool(
     if worker.is_alive():
         call_token.cancel("tool timeout")
         worker.join(1.0)
-        return ToolOutcome("failed", f"tool error: {tool.name} timed out after {context.timeout:g} s", True)
+        timed_out = f"tool error: {tool.name} timed out after {context.timeout:g} s"
+        return ToolOutcome(ToolCallStatus.FAILED, timed_out, True)
     if call_token.cancelled:
-        return ToolOutcome("cancelled", f"tool call cancelled: {call_token.reason}", True)
+        return ToolOutcome(ToolCallStatus.CANCELED, f"tool call canceled: {call_token.reason}", True)
     error = box.get("error")
     if isinstance(error, HumanNeeded):
-        return ToolOutcome("awaiting_human", error.question[:4000], False)
+        return ToolOutcome(ToolCallStatus.AWAITING_HUMAN, error.question[:4000], False)
     if isinstance(error, ToolError):
-        return ToolOutcome("failed", f"tool error ({error.code}): {error}", True)
+        return ToolOutcome(ToolCallStatus.FAILED, f"tool error ({error.code}): {error}", True)
     if isinstance(error, CredentialTripwire):
-        return ToolOutcome("failed", f"tool error: {error}", True)
+        return ToolOutcome(ToolCallStatus.FAILED, f"tool error: {error}", True)
     if error is not None:
         logger.warning("tool %s crashed: %r", tool.name, error)
-        return ToolOutcome("failed", f"tool error: {tool.name} failed ({type(error).__name__})", True)
+        return ToolOutcome(ToolCallStatus.FAILED, f"tool error: {tool.name} failed ({type(error).__name__})", True)
     # A credential in a tool's output never enters history (and so never reaches a provider).
     guarded = withhold_credentials(str(box.get("value", "")), what="tool output")
     text, truncated = truncate_output(guarded, output_cap)
-    return ToolOutcome("completed", text, False, truncated)
+    return ToolOutcome(ToolCallStatus.COMPLETED, text, False, truncated)

@@ -105,8 +105,8 @@ def _context(env: RoundEnv, call: ToolCall, token: CancelToken) -> ToolContext:
 
 
 def _cancel_rest(env: RoundEnv, calls: Sequence[tuple[ToolCall, ParsedCall]], reason: str) -> None:
-    for call, _parsed in calls:
-        _record(env, call, ToolOutcome(ToolCallStatus.CANCELLED, f"tool call cancelled: {reason}", True))
+    env.store.cancel_calls([call for call, _parsed in calls], reason=reason, principal=env.principal,
+                           narrative=env.narrative)
 
 
 def run_round(

@@ -16,6 +16,7 @@ from audit.services import audit_append
 from loop.driver import admit_exchange
 from loop.events import EventKind
 from loop.models import Exchange, ExchangeStatus, Outcome, ToolCall, ToolCallStatus
+from loop.outcomes import CancelCause, Canceled, outcome_from_receipt
 from skald.core import clock
 from skald.core.errors import Conflict, NotFound
 from skald.core.queue import enqueue_on_commit
@@ -93,8 +94,8 @@ def run_sync_from_exchange(exchange_id: int) -> Run | None:
         if latest is not None and latest.pk != exchange.pk:
             exchange = latest  # the run follows its newest exchange
         status, question = _status_for(exchange)
-        closed = exchange.outcome == Outcome.CANCELED and (exchange.receipt or {}).get("detail", {}).get(
-            "reason") == "closed by a human"
+        ended = outcome_from_receipt(exchange.outcome, exchange.receipt)
+        closed = isinstance(ended, Canceled) and ended.cause is CancelCause.CLOSED_BY_HUMAN
         if closed:
             status = RunStatus.COMPLETED
         changes: dict[str, Any] = {

@@ -10,7 +10,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from loop.driver import InputRefused, admit_exchange
-from loop.errors import HarnessError, HookError
+from loop.errors import AdmissionRefused, HarnessError, HookError
 from loop.models import Exchange, ExchangeStatus, Session
 from loop.recovery import repair_dangling
 from skald.core import clock
@@ -59,10 +59,8 @@ def session_message_submit(
             raise SkaldError(str(exc), code=exc.code, http_status=400) from None
         except HookError as exc:
             raise SkaldError(str(exc), code=exc.code, http_status=403) from None
-        except HarnessError as exc:
-            if exc.code in {"session_busy", "session_awaiting_human"}:
-                raise Conflict(str(exc), code=exc.code) from None
-            raise
+        except AdmissionRefused as exc:
+            raise Conflict(str(exc), code=exc.code) from None
         if not replayed:
             enqueue_on_commit("skald.tasks.run_kernel_turn", exchange.pk)
     return exchange, replayed

@@ -9,13 +9,12 @@ from loop.context import ContextBuilder, mask_for_provider
 from loop.driver import run_turns_keyed
 from loop.projection import project, window_start
 from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
-from skald.loop_adapters.store import kernel_store
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
 
 
-def fresh(session_id: int, cap: int):
-    rows, capped = kernel_store().replay(session_id, cap=cap)
+def fresh(store, session_id: int, cap: int):
+    rows, capped = store.replay(session_id, cap=cap)
     return project(rows[window_start(rows, capped=capped):], mask=mask_for_provider)
 
 
@@ -26,7 +25,7 @@ def test_the_window_follows_a_long_session_within_the_cap(make_env, session):
     for number in range(15):
         run_turns_keyed(env, request_key=f"k{number}", content=f"mail me at user{number}@example.org")
         messages, size = env.context.window(env.store, session.pk, narrative="", cap=cap)
-        assert messages == fresh(session.pk, cap)
+        assert messages == fresh(env.store, session.pk, cap)
         assert len(messages) <= cap
         assert messages[0].role == "user" and "[email]" in messages[0].content
         assert size == sum(len(m.content.encode()) for m in messages) + sum(

@@ -368,5 +368,5 @@ def test_stop_settles_a_parked_exchange_as_canceled(alice, api, script, sync_tas
     body = response.json()
     assert (body["id"], body["status"], body["outcome"]) == (parked["id"], "settled", "canceled")
     assert body["receipt"]["outcome"] == "canceled"
-    assert ToolCall.objects.get(exchange_id=parked["id"]).status == ToolCallStatus.CANCELLED
+    assert ToolCall.objects.get(exchange_id=parked["id"]).status == ToolCallStatus.CANCELED
     assert client.post(f"/api/sessions/{sid}/stop/").json() == {"stopped": None}

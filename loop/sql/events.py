@@ -1,32 +1,16 @@
-"""The store's hot-path SQL, written by hand.
-
-Every turn appends several narrative rows and moves tool calls through their states; building those
-statements through the ORM cost more than running them. These helpers run inside the store's
-transactions (``loop.store`` is their only caller) and speak both SQLite and PostgreSQL.
-"""
+"""Narrative rows (``loop_sessionevent``) and the per-session sequence (``loop_session.last_seq``)."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from django.db import connection
 from django.db.backends.utils import CursorWrapper
 
-
-def json_param() -> str:
-    return "%s::jsonb" if connection.vendor == "postgresql" else "%s"
-
-
-def load_json(value: Any) -> Any:
-    """A JSON column as read by a raw cursor: text on SQLite (and Django's psycopg), else decoded."""
-    return json.loads(value) if isinstance(value, str | bytes | bytearray) else value
-
-
-def when(value: datetime) -> Any:
-    return connection.ops.adapt_datetimefield_value(value)
+from loop.models import Session, SessionEvent
+from loop.sql import json_param, load_json, when
 
 
 def next_seq(cursor: CursorWrapper, session_id: int) -> int | None:
@@ -120,32 +104,16 @@ def exchange_events(cursor: CursorWrapper, exchange_id: int) -> list[tuple[int, 
     return [(int(seq), kind, load_json(payload)) for seq, kind, payload in cursor.fetchall()]
 
 
-def insert_tool_call(cursor: CursorWrapper, values: Sequence[Any]) -> int:
-    """``values``: session, exchange, frame, turn, index, key, provider id, tool, arguments (JSON text),
-    arguments hash, status, created/updated time."""
-    cursor.execute(
-        "INSERT INTO loop_toolcall (session_id, exchange_id, frame_id, turn, \"index\", call_key, provider_call_id, "
-        f"tool, arguments, arguments_hash, status, result, is_error, created_at, updated_at) VALUES (%s, %s, %s, %s, "
-        f"%s, %s, %s, %s, {json_param()}, %s, %s, '', %s, %s, %s) RETURNING id",
-        [*values[:11], False, when(values[11]), when(values[11])],
-    )
-    return int(cursor.fetchone()[0])
+def event_at(session_id: int, seq: int) -> SessionEvent:
+    return SessionEvent.objects.get(session_id=session_id, seq=seq)
 
 
-def set_call_state(
-    cursor: CursorWrapper, call_id: int, *, status: str, result: str, is_error: bool, now: datetime
-) -> None:
-    cursor.execute(
-        "UPDATE loop_toolcall SET status = %s, result = %s, is_error = %s, updated_at = %s WHERE id = %s",
-        [status, result, is_error, when(now), call_id],
-    )
+def session_counters(session_id: int) -> tuple[int, int] | None:
+    """``(last_seq, exchange_count)`` of a session, or None when it does not exist."""
+    return Session.objects.filter(pk=session_id).values_list("last_seq", "exchange_count").first()
 
 
-def count_turn(
-    cursor: CursorWrapper, exchange_id: int, *, input_tokens: int, output_tokens: int, spent: int, incomplete: bool
-) -> None:
-    cursor.execute(
-        "UPDATE loop_exchange SET turns = turns + 1, input_tokens = input_tokens + %s, "
-        "output_tokens = output_tokens + %s, reserved_tokens = %s, accounting_incomplete = %s WHERE id = %s",
-        [input_tokens, output_tokens, spent, incomplete, exchange_id],
-    )
+def session_rows(session_id: int) -> list[tuple[int, str, Any, int | None, str]]:
+    """Every narrative row of a session: ``(seq, kind, payload, exchange_id, narrative)`` in seq order."""
+    return list(SessionEvent.objects.filter(session_id=session_id).order_by("seq")
+                .values_list("seq", "kind", "payload", "exchange_id", "narrative"))

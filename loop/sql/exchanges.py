@@ -1,0 +1,148 @@
+"""Sessions, exchanges and frames: admission, claims, stop requests, settlement, the scratchpad."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from django.db.backends.utils import CursorWrapper
+from django.db.models import Q
+
+from loop.models import Exchange, ExchangeStatus, Frame, FrameStatus, Outcome, ScratchpadEntry, Session
+from loop.sql import for_update, json_param, when
+
+ACTIVE_STATUSES = (ExchangeStatus.OPEN, ExchangeStatus.PARKED)
+
+
+# --- sessions -------------------------------------------------------------------------------------
+
+
+def create_session(*, owner_id: int, agent: str, source: str, title: str, now: datetime) -> Session:
+    return Session.objects.create(owner_id=owner_id, agent=agent, source=source, title=title[:200], created_at=now)
+
+
+def lock_session(session_id: int) -> Session:
+    """The session row, locked: admissions to one session queue behind each other."""
+    return Session.objects.select_for_update().only("agent", "exchange_count").get(pk=session_id)
+
+
+def scratchpad_set(session_id: int, key: str, value: str, now: datetime) -> None:
+    ScratchpadEntry.objects.update_or_create(session_id=session_id, key=key,
+                                             defaults={"value": value, "updated_at": now})
+
+
+def scratchpad_get(session_id: int, key: str) -> str | None:
+    return ScratchpadEntry.objects.filter(session_id=session_id, key=key).values_list("value", flat=True).first()
+
+
+# --- exchanges ------------------------------------------------------------------------------------
+
+
+def exchange_by_id(exchange_id: int) -> Exchange:
+    return Exchange.objects.get(pk=exchange_id)
+
+
+def exchange_by_key(session_id: int, request_key: str) -> Exchange | None:
+    return Exchange.objects.filter(session_id=session_id, request_key=request_key).first()
+
+
+def admission_clash(session_id: int, request_key: str) -> Exchange | None:
+    """The exchange with this request key, else the session's active one, else None."""
+    return (Exchange.objects.filter(session_id=session_id)
+            .filter(Q(request_key=request_key) | Q(status__in=ACTIVE_STATUSES))
+            .order_by("-number").first())
+
+
+def create_exchange(
+    session: Session, *, request_key: str, content: str, config: Mapping[str, Any], claim_token: str, now: datetime
+) -> Exchange:
+    """The session's next exchange with its root frame (``exchange.root``); the session is locked."""
+    number = session.exchange_count + 1
+    Session.objects.filter(pk=session.pk).update(exchange_count=number)
+    exchange = Exchange.objects.create(
+        session_id=session.pk, number=number, request_key=request_key, input=content, status=ExchangeStatus.OPEN,
+        config=dict(config), created_at=now, budget_tokens=config.get("budget_tokens"), claim_token=claim_token,
+        claimed_at=now if claim_token else None,
+    )
+    exchange.root = Frame.objects.create(  # type: ignore[attr-defined]
+        session_id=session.pk, exchange=exchange, depth=0, agent=session.agent, created_at=now
+    )
+    return exchange
+
+
+def claim(exchange_id: int, token: str, now: datetime) -> bool:
+    return Exchange.objects.filter(pk=exchange_id, status=ExchangeStatus.OPEN).filter(
+        Q(claim_token="") | Q(claim_token=token)
+    ).update(claim_token=token, claimed_at=now) == 1
+
+
+def reopen(exchange_id: int) -> bool:
+    return Exchange.objects.filter(pk=exchange_id, status=ExchangeStatus.PARKED).update(
+        status=ExchangeStatus.OPEN, outcome="", claim_token=""
+    ) == 1
+
+
+def root_frame(exchange_id: int) -> Frame:
+    return Frame.objects.get(exchange_id=exchange_id, depth=0)
+
+
+def request_cancel(exchange_id: int, now: datetime) -> bool:
+    return Exchange.objects.filter(
+        pk=exchange_id, cancel_requested_at__isnull=True, status__in=ACTIVE_STATUSES
+    ).update(cancel_requested_at=now) == 1
+
+
+def cancel_requested(exchange_id: int) -> bool:
+    return Exchange.objects.filter(pk=exchange_id, cancel_requested_at__isnull=False).exists()
+
+
+def save_ledger(exchange_id: int, *, reserved_tokens: int, accounting_incomplete: bool) -> None:
+    Exchange.objects.filter(pk=exchange_id).update(reserved_tokens=reserved_tokens,
+                                                   accounting_incomplete=accounting_incomplete)
+
+
+def mark_parked(exchange_id: int) -> None:
+    Exchange.objects.filter(pk=exchange_id).update(status=ExchangeStatus.PARKED, outcome=Outcome.AWAITING_HUMAN,
+                                                   claim_token="")
+
+
+def mark_broken(exchange_id: int, code: str) -> None:
+    Exchange.objects.filter(pk=exchange_id).update(status=ExchangeStatus.BROKEN, error_code=code[:64])
+
+
+def count_turn(
+    cursor: CursorWrapper, exchange_id: int, *, input_tokens: int, output_tokens: int, spent: int, incomplete: bool
+) -> None:
+    cursor.execute(
+        "UPDATE loop_exchange SET turns = turns + 1, input_tokens = input_tokens + %s, "
+        "output_tokens = output_tokens + %s, reserved_tokens = %s, accounting_incomplete = %s WHERE id = %s",
+        [input_tokens, output_tokens, spent, incomplete, exchange_id],
+    )
+
+
+def lock_counters(cursor: CursorWrapper, exchange_id: int) -> tuple[int, int, int]:
+    """``(turns, input_tokens, output_tokens)``, locked until the settlement commits."""
+    cursor.execute(f"SELECT turns, input_tokens, output_tokens FROM loop_exchange WHERE id = %s{for_update()}",
+                   [exchange_id])
+    turns, input_tokens, output_tokens = cursor.fetchone()
+    return int(turns), int(input_tokens), int(output_tokens)
+
+
+def mark_settled(cursor: CursorWrapper, exchange_id: int, *, outcome: str, receipt: str, now: datetime) -> None:
+    """The exchange settles with its receipt; its open frames close with the same outcome."""
+    cursor.execute(
+        f"UPDATE loop_exchange SET status = %s, outcome = %s, receipt = {json_param()}, claim_token = '', "
+        "settled_at = %s WHERE id = %s",
+        [ExchangeStatus.SETTLED, outcome, receipt, when(now), exchange_id],
+    )
+    cursor.execute(
+        "UPDATE loop_frame SET status = %s, outcome = %s, closed_at = %s WHERE exchange_id = %s AND status = %s",
+        [FrameStatus.CLOSED, outcome, when(now), exchange_id, FrameStatus.OPEN],
+    )
+
+
+
+
+def session_exchanges(session_id: int) -> list[Exchange]:
+    return list(Exchange.objects.filter(session_id=session_id).order_by("number"))

@@ -1,0 +1,244 @@
+"""The store's exchange writes: admission, claims, stop requests, parking, settlement (SPEC L4, L5).
+
+Each write is one transaction with its audit row; viewers are woken after commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from loop import sql
+from loop.digest import canonical, events_digest
+from loop.errors import SessionAwaitingHuman, SessionBusy
+from loop.events import EventKind
+from loop.journal import Journal
+from loop.models import Exchange, ExchangeStatus, Frame, Outcome, ToolCall, ToolCallStatus
+from loop.outcomes import Canceled, TerminalOutcome, build_receipt, outcome_detail
+from loop.providers.base import AssembledTurn
+from loop.sql import events as event_rows
+from loop.sql import exchanges as rows
+from loop.store_calls import CallLog, ParsedCall
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    exchange: Exchange
+    replayed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Ledger:
+    """What an exchange's dispatch authority spent, saved when the exchange stops dispatching."""
+
+    reserved_tokens: int
+    accounting_incomplete: bool
+
+
+class ExchangeLog:
+    """Exchange rows through their life: open → (parked → open)* → settled | broken."""
+
+    def __init__(self, journal: Journal, calls: CallLog) -> None:
+        self.journal = journal
+        self.calls = calls
+
+    # --- admission and claims ---------------------------------------------------------------------
+
+    def admit(
+        self,
+        *,
+        session_id: int,
+        request_key: str,
+        content: str,
+        principal: str,
+        config: Mapping[str, Any],
+        author: str = "",
+        claim_token: str = "",
+    ) -> Admission:
+        """Admit a request idempotently (SPEC L4): an exact retry returns the stored exchange and
+        writes nothing; another active exchange on the session refuses (:class:`SessionBusy`,
+        :class:`SessionAwaitingHuman`). With ``claim_token`` the new exchange is claimed in the same
+        transaction (an in-process driver)."""
+        try:
+            with transaction.atomic():
+                session = rows.lock_session(session_id)
+                clash = rows.admission_clash(session_id, request_key)
+                if clash is not None and clash.request_key == request_key:
+                    return Admission(clash, replayed=True)
+                if clash is not None:
+                    refusal = SessionAwaitingHuman if clash.status == ExchangeStatus.PARKED else SessionBusy
+                    raise refusal(f"exchange e{clash.number} of this session is still {clash.status}")
+                exchange = rows.create_exchange(session, request_key=request_key, content=content, config=config,
+                                                claim_token=claim_token, now=self.journal.now())
+                payload = {"content": content, "author": author}
+                seq = self.journal.append(session_id, EventKind.USER, payload,
+                                          f"s{session_id}:e{exchange.number}:user", exchange_id=exchange.pk)
+                self.journal.audit(
+                    "loop.exchange.admitted", principal=principal, subject_type="exchange", subject_id=exchange.pk,
+                    payload={"session": session_id, "number": exchange.number, "request_key": request_key,
+                             "seq": seq, "digest": events_digest([(seq, EventKind.USER, payload)])},
+                )
+                self.journal.wake(session_id, seq)
+        except IntegrityError:
+            # A concurrent admission with the same key won the race: this is an exact retry.
+            existing = rows.exchange_by_key(session_id, request_key)
+            if existing is None:
+                raise
+            return Admission(existing, replayed=True)
+        return Admission(exchange, replayed=False)
+
+    def find(self, session_id: int, request_key: str) -> Exchange | None:
+        return rows.exchange_by_key(session_id, request_key)
+
+    def get(self, exchange_id: int) -> Exchange:
+        return rows.exchange_by_id(exchange_id)
+
+    def claim(self, exchange_id: int, token: str) -> bool:
+        """Claim an open exchange for one driver; a second driver gets False (no double driving).
+        The driver that claimed it at admission keeps it."""
+        with transaction.atomic():
+            return rows.claim(exchange_id, token, self.journal.now())
+
+    def reopen(self, exchange: Exchange, *, principal: str, reason: str) -> bool:
+        """A parked exchange becomes open again (its approvals are answered) for a new driver."""
+        with transaction.atomic():
+            changed = rows.reopen(exchange.pk)
+            if changed:
+                self.journal.audit("loop.exchange.resumed", principal=principal, subject_type="exchange",
+                                   subject_id=exchange.pk, payload={"reason": reason})
+        return changed
+
+    def root_frame(self, exchange: Exchange) -> Frame:
+        frame = getattr(exchange, "root", None)
+        return frame if frame is not None else rows.root_frame(exchange.pk)
+
+    # --- stop ---------------------------------------------------------------------------------------
+
+    def request_cancel(self, exchange_id: int, *, principal: str) -> bool:
+        """Record a stop request (sticky); the driving worker sees it within its poll interval."""
+        with transaction.atomic():
+            changed = rows.request_cancel(exchange_id, self.journal.now())
+            if changed:
+                self.journal.audit("loop.exchange.cancel_requested", principal=principal, subject_type="exchange",
+                                   subject_id=exchange_id, payload={})
+        return changed
+
+    def cancel_requested(self, exchange_id: int) -> bool:
+        return rows.cancel_requested(exchange_id)
+
+    # --- parking --------------------------------------------------------------------------------------
+
+    def park(
+        self,
+        exchange: Exchange,
+        parked: Sequence[tuple[ToolCall, Callable[[], Mapping[str, Any]]]],
+        *,
+        principal: str,
+        question: str = "",
+    ) -> None:
+        """Park calls awaiting a human (SPEC A3): each ``park`` callback writes its durable approval
+        in this same transaction; the exchange ends AwaitingHuman and no worker waits."""
+        with transaction.atomic():
+            keys = []
+            for call, park in parked:
+                detail = dict(park())
+                self.calls.transition(call, ToolCallStatus.AWAITING_HUMAN, principal=principal, extra={})
+                self.journal.append(
+                    call.session_id, EventKind.APPROVAL_REQUESTED,
+                    {"key": call.call_key, "name": call.tool, "tool_call_id": call.pk, **detail},
+                    f"s{call.session_id}:{call.call_key}:approval:{call.updated_at.timestamp()}",
+                    exchange_id=exchange.pk,
+                )
+                keys.append(call.call_key)
+            rows.mark_parked(exchange.pk)
+            seq = self.journal.append(
+                exchange.session_id, EventKind.EXCHANGE_PARKED, {"calls": keys, "question": question},
+                f"s{exchange.session_id}:e{exchange.number}:parked:{len(keys)}:{self.journal.now().timestamp()}",
+                exchange_id=exchange.pk,
+            )
+            self.journal.audit("loop.exchange.parked", principal=principal, subject_type="exchange",
+                               subject_id=exchange.pk, payload={"calls": keys, "question": question[:500]})
+            self.journal.wake(exchange.session_id, seq)
+        exchange.status, exchange.outcome, exchange.claim_token = ExchangeStatus.PARKED, Outcome.AWAITING_HUMAN, ""
+
+    # --- endings --------------------------------------------------------------------------------------
+
+    def record_message_end(
+        self, *, exchange: Exchange, frame: Frame, turn: int, assembled: AssembledTurn, principal: str,
+        spent_tokens: int, journal: int = 0,
+    ) -> list[tuple[ToolCall, ParsedCall]]:
+        """Persist the assistant turn and its planned calls (message end, SPEC L1).
+
+        ``journal`` calls (the first ones of the round) also get their ``control:tool_intent`` in
+        this transaction: nothing happens between the message end and their intent but the gate.
+        """
+        with transaction.atomic():
+            calls = self.calls.message_end(exchange, frame, turn, assembled, principal, spent_tokens)
+            for call, _parsed in calls[:journal]:
+                self.calls.intent(call, principal=principal, narrative=frame.narrative)
+        return calls
+
+    def finish_turn(
+        self, *, exchange: Exchange, frame: Frame, turn: int, assembled: AssembledTurn, principal: str,
+        spent_tokens: int, outcome: TerminalOutcome,
+    ) -> dict[str, Any]:
+        """A tool-free last turn: its message end and the settlement commit together."""
+        with transaction.atomic():
+            self.calls.message_end(exchange, frame, turn, assembled, principal, spent_tokens)
+            return self._settle(exchange, outcome, principal=principal, ledger=None)
+
+    def settle(
+        self, exchange: Exchange, outcome: TerminalOutcome, *, principal: str, ledger: Ledger | None = None
+    ) -> dict[str, Any]:
+        """Settle a terminal outcome (RunEnd): the receipt certifies every write of the exchange.
+
+        ``ledger`` saves the dispatch authority's spend in the same transaction (a settlement that
+        no message end preceded). Updates ``exchange`` in place (status, outcome, receipt, counters).
+        """
+        with transaction.atomic():
+            return self._settle(exchange, outcome, principal=principal, ledger=ledger)
+
+    def _settle(
+        self, exchange: Exchange, outcome: TerminalOutcome, *, principal: str, ledger: Ledger | None
+    ) -> dict[str, Any]:
+        assert sql.in_transaction(), "settle runs inside the caller's transaction"
+        if ledger is not None:  # audited below, in the settlement's own row
+            rows.save_ledger(exchange.pk, reserved_tokens=ledger.reserved_tokens,
+                             accounting_incomplete=ledger.accounting_incomplete)
+            if ledger.accounting_incomplete:
+                self.journal.audit("policy.budget.accounting_incomplete", principal=principal,
+                                   subject_type="exchange", subject_id=exchange.pk,
+                                   payload={"reserved_tokens": ledger.reserved_tokens})
+        if isinstance(outcome, Canceled):
+            self.journal.append(exchange.session_id, EventKind.CANCELED, {"reason": outcome.reason},
+                                f"s{exchange.session_id}:e{exchange.number}:canceled", exchange_id=exchange.pk)
+        # The end marker viewers follow: every outcome, not only the ones with a message.
+        last = self.journal.append(exchange.session_id, EventKind.EXCHANGE_SETTLED, {"outcome": outcome.name},
+                                   f"s{exchange.session_id}:e{exchange.number}:settled", exchange_id=exchange.pk)
+        now = self.journal.now()
+        with sql.cursor() as cursor:
+            exchange.turns, exchange.input_tokens, exchange.output_tokens = rows.lock_counters(cursor, exchange.pk)
+            events = event_rows.exchange_events(cursor, exchange.pk)
+            receipt = build_receipt(exchange, outcome=outcome.name, events=events, detail=outcome_detail(outcome))
+            rows.mark_settled(cursor, exchange.pk, outcome=outcome.name, receipt=canonical(receipt), now=now)
+        self.journal.audit(
+            "loop.exchange.settled", principal=principal, subject_type="exchange", subject_id=exchange.pk,
+            payload={"outcome": outcome.name, "receipt_digest": receipt["digest"], "last_seq": receipt["last_seq"],
+                     **({"ledger": {"reserved_tokens": ledger.reserved_tokens,
+                                    "accounting_incomplete": ledger.accounting_incomplete}} if ledger else {})},
+        )
+        self.journal.wake(exchange.session_id, last)
+        exchange.status, exchange.outcome, exchange.receipt = ExchangeStatus.SETTLED, outcome.name, receipt
+        exchange.claim_token, exchange.settled_at = "", now
+        return receipt
+
+    def mark_broken(self, exchange: Exchange, *, code: str, message: str, principal: str) -> None:
+        """A partial write or a breach: keep the claim and refuse retry (no silent repair, SPEC L5)."""
+        with transaction.atomic():
+            rows.mark_broken(exchange.pk, code)
+            self.journal.audit("loop.exchange.broken", principal=principal, subject_type="exchange",
+                               subject_id=exchange.pk, payload={"code": code, "message": message[:300]})
+        exchange.status, exchange.error_code = ExchangeStatus.BROKEN, code[:64]

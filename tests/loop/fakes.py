@@ -1,0 +1,165 @@
+"""In-memory fakes of the kernel's ports (audit sink, bus, clock) and scripted test parts.
+
+With these, ``tests/loop`` needs nothing from ``skald``: the store still runs on the Django test
+database (the store *is* the ORM), but audit rows, wake-ups and time stay in the test's hands.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from loop.cancellation import CancelToken
+from loop.ports import GateCall, GateVerdict, ToolContext, TurnScope
+from loop.providers.base import Delta, MessageEnd, ProviderRequest, TextDelta
+from loop.tools.registry import FunctionTool
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    label: str
+    principal: str
+    subject_type: str
+    subject_id: str
+    payload: Mapping[str, Any]
+
+
+@dataclass
+class MemoryAuditSink:
+    """Keeps every audit row the store appends, in order (rows of a rolled-back transaction too:
+    the fake cannot see transactions, so tests read it after commits only)."""
+
+    rows: list[AuditRow] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def append(
+        self, label: str, *, principal: str, subject_type: str, subject_id: str, payload: Mapping[str, Any]
+    ) -> None:
+        with self._lock:
+            self.rows.append(AuditRow(label, principal, subject_type, subject_id, dict(payload)))
+
+    def labels(self, subject_type: str | None = None) -> list[str]:
+        return [row.label for row in self.rows if subject_type is None or row.subject_type == subject_type]
+
+
+@dataclass
+class MemoryBus:
+    """Records wake-ups (after commit) and live deltas."""
+
+    wakes: list[tuple[int, int]] = field(default_factory=list)
+    deltas: list[tuple[int, Mapping[str, Any]]] = field(default_factory=list)
+
+    def committed(self, session_id: int, last_seq: int) -> None:
+        self.wakes.append((session_id, last_seq))
+
+    def delta(self, session_id: int, payload: Mapping[str, Any]) -> None:
+        self.deltas.append((session_id, dict(payload)))
+
+
+@dataclass
+class SteppingClock:
+    """Each reading is one millisecond after the previous one: deterministic and strictly rising."""
+
+    current: datetime = field(default_factory=lambda: datetime(2026, 1, 5, 9, 0, tzinfo=UTC))
+    step: timedelta = timedelta(milliseconds=1)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def now(self) -> datetime:
+        with self._lock:
+            self.current += self.step
+            return self.current
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.current += timedelta(seconds=seconds)
+
+
+class ScriptedGate:
+    """allow unless the tool is listed in ``deny`` or ``require``; ``deny_all`` denies everything."""
+
+    def __init__(self, deny: set[str] | None = None, require: set[str] | None = None, *,
+                 deny_all: bool = False) -> None:
+        self.deny = deny or set()
+        self.require = require or set()
+        self.deny_all = deny_all
+        self.checked: list[GateCall] = []
+        self.parked: list[GateCall] = []
+
+    def check(self, call: GateCall, scope: TurnScope | None) -> GateVerdict:
+        self.checked.append(call)
+        if scope is None or self.deny_all or call.tool in self.deny:
+            return GateVerdict("deny", "scripted deny")
+        if call.tool in self.require:
+            return GateVerdict("require", "scripted require")
+        return GateVerdict("allow")
+
+    def park(self, call: GateCall, scope: TurnScope, verdict: GateVerdict) -> Mapping[str, Any]:
+        self.parked.append(call)
+        return {"reason": verdict.reason}
+
+
+class StreamUntilStopped:
+    """A provider that streams one delta, says so (``streaming``), then waits for the turn's token.
+
+    Without a stop it would end the turn normally after ``patience`` seconds, so a stop that never
+    arrives shows up as a completed exchange, not as a hung test.
+    """
+
+    name = "stream-until-stopped"
+
+    def __init__(self, patience: float = 10.0) -> None:
+        self.streaming = threading.Event()
+        self.patience = patience
+        self.deltas_after_stop = 0
+
+    def stream(self, request: ProviderRequest, *, cancel: CancelToken) -> Iterator[Delta]:
+        yield TextDelta("thinking ")
+        self.streaming.set()
+        cancel.wait(self.patience)
+        yield TextDelta("still thinking")
+        yield MessageEnd()
+
+
+class Rendezvous:
+    """Tools that meet: each call counts itself in, records the peak concurrency, and waits at a
+    barrier of ``parties`` — a round that is not concurrent never gets past it."""
+
+    def __init__(self, parties: int) -> None:
+        self.barrier = threading.Barrier(parties, timeout=10)
+        self._lock = threading.Lock()
+        self.active = 0
+        self.peak = 0
+        self.threads: set[int] = set()
+
+    def __call__(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        with self._lock:
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+            self.threads.add(threading.get_ident())
+        try:
+            self.barrier.wait()
+        finally:
+            with self._lock:
+                self.active -= 1
+        return f"met {arguments.get('n', '')}"
+
+    def tool(self, name: str = "meet") -> FunctionTool:
+        return FunctionTool(name, "Meet the others.", {"type": "object"}, self, concurrency_safe=True)
+
+
+class Held:
+    """A tool that announces it is running (``entered``) and holds until its call is canceled."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.log: list[str] = []
+
+    def __call__(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        self.log.append(f"enter {arguments.get('n', '')}")
+        self.entered.set()
+        released = context.cancel.wait(float(arguments.get("hold", 10)))
+        self.log.append(f"exit {arguments.get('n', '')}")
+        return "released by a stop" if released else "held to the end"
