@@ -48,6 +48,8 @@ class AuditKind(models.IntegerChoices):
     RUN_HANDOFF_DECIDED = 512, "skald.run.handoff_decided"
     RUN_BACK_REFERRED = 513, "skald.run.back_referred"
     AGENT_CHANGED = 520, "skald.agent.changed"
+    WORKSPACE_FILE_WRITTEN = 530, "skald.workspace.file_written"
+    WORKSPACE_FILE_DELETED = 531, "skald.workspace.file_deleted"
     # 6xx proposals and knowledge
     PROPOSAL_CAPTURED = 600, "proposals.proposal.captured"
     PROPOSAL_ACCEPTED = 601, "proposals.proposal.accepted"

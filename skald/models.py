@@ -1,4 +1,4 @@
-"""The product core's models: the agent catalog, cases and troubleshoot runs."""
+"""The product core's models: the agent catalog, cases, troubleshoot runs and session workspaces."""
 
 from __future__ import annotations
 
@@ -103,3 +103,32 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.pk} on case {self.case_id}"
+
+
+class WorkspaceBlob(models.Model):
+    """File content, stored once by its SHA-256: identical content across sessions shares a row."""
+
+    digest = models.CharField(max_length=64, primary_key=True)
+    size = models.PositiveIntegerField()
+    content = models.BinaryField()
+
+    def __str__(self) -> str:
+        return self.digest[:12]
+
+
+class WorkspaceFile(models.Model):
+    """One file of a session workspace. The database is the workspace: any worker on any machine
+    reads and writes the same files; a local directory is only a materialisation for a command."""
+
+    session = models.ForeignKey("loop.Session", on_delete=models.CASCADE, related_name="+")
+    path = models.CharField(max_length=512)
+    blob = models.ForeignKey(WorkspaceBlob, on_delete=models.PROTECT, related_name="+")
+    version = models.PositiveIntegerField(default=1)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["session", "path"]
+        constraints = [models.UniqueConstraint(fields=["session", "path"], name="workspace_file_unique_path")]
+
+    def __str__(self) -> str:
+        return f"session {self.session_id}: {self.path}"

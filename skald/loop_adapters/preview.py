@@ -22,7 +22,7 @@ def write_preview(tool: str, arguments: Mapping[str, Any], scope: TurnScope) -> 
     if not isinstance(path, str) or not isinstance(proposed, str):
         return "(no preview: the arguments are not a path and a content string)"
     try:
-        current = read_current(scope.workspace, path)
+        current = read_current(scope.session_id, path)
     except ToolError as exc:
         return f"(no preview: {exc})"
     header = f"new file: {path}\n" if current is None else ""

@@ -7,23 +7,30 @@ from typing import Any
 
 from django.conf import settings
 
+from audit.actors import Actor
 from loop.ports import ToolContext
+from loop.tools.exec_bridge import ExecBridge
 from loop.tools.hints import RestartHint
 from loop.tools.registry import FunctionTool
+from skald.sessions.workspace import workspace_materialise, workspace_sync_back
 
 
 def _execute(arguments: Mapping[str, Any], context: ToolContext) -> str:
-    from loop.tools.exec_bridge import ExecBridge
-
+    """Run in a local copy of the session's files; what the command leaves behind is recorded."""
     bridge = ExecBridge.from_env(settings.BRAIN_ENGINE_EXEC_ALLOWLIST)
-    workspace = context.scope.workspace
-    workspace.mkdir(parents=True, exist_ok=True)
-    result = bridge.run(list(arguments["argv"]), cancel=context.cancel, timeout=context.timeout, cwd=str(workspace))
+    bridge.resolve(str(arguments["argv"][0]))  # a refused program touches no disk
+    local = workspace_materialise(session_id=context.scope.session_id, root=context.scope.workspace.resolve())
+    result = bridge.run(list(arguments["argv"]), cancel=context.cancel, timeout=context.timeout,
+                        cwd=str(local.root))
+    changed = workspace_sync_back(session_id=context.scope.session_id, materialised=local,
+                                  actor=Actor.parse(context.scope.principal))
     parts = [f"exit code: {result.exit_code}"]
     if result.timed_out:
         parts.append("(timed out)")
     if result.truncated:
         parts.append("(output truncated)")
+    if changed:
+        parts.append("workspace files changed: " + ", ".join(changed[:20]))
     parts.append("stdout:\n" + result.stdout)
     if result.stderr:
         parts.append("stderr:\n" + result.stderr)

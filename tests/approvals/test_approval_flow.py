@@ -13,6 +13,7 @@ from django.core.management import call_command
 from django.db import connection
 
 from approvals.models import ApprovalStatus, PendingApproval
+from audit.actors import Actor
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from loop.models import Exchange, ExchangeStatus, SessionEvent, ToolCall, ToolCallStatus
@@ -21,7 +22,7 @@ from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
 from skald.core import clock
 from skald.models import Agent
 from skald.sessions.services import session_message_submit
-from skald.sessions.workspace import workspace_for
+from skald.sessions.workspace import read_current, workspace_write
 from skald.tasks import expire_approvals
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
@@ -53,8 +54,7 @@ def test_a_gated_write_parks_with_a_diff_and_completes_after_approval(alice, car
     assert response.status_code == 202, response.content
     exchange = Exchange.objects.get(session=troubleshooting)
     assert exchange.status == ExchangeStatus.SETTLED and exchange.outcome == "completed"
-    written = workspace_for(troubleshooting.pk) / "reports" / "findings.md"
-    assert written.read_text() == "# Findings\npool exhausted\n"
+    assert read_current(troubleshooting.pk, "reports/findings.md") == "# Findings\npool exhausted\n"
     assert provider.calls[-1].messages[-1].content.startswith("wrote ")
 
     again = api(carol).post(f"/api/tools/{approval.tool_call_id}/resolve", {"decision": "approve"}, format="json")
@@ -62,9 +62,8 @@ def test_a_gated_write_parks_with_a_diff_and_completes_after_approval(alice, car
 
 
 def test_the_preview_diffs_against_the_workspace_file_not_the_cwd(alice, troubleshooting, script):
-    target = workspace_for(troubleshooting.pk) / "reports" / "findings.md"
-    target.parent.mkdir(parents=True)
-    target.write_text("# Findings\nunknown\n")
+    workspace_write(session_id=troubleshooting.pk, path="reports/findings.md", data=b"# Findings\nunknown\n",
+                    actor=Actor.user(alice))
     park_a_write(alice, troubleshooting, script)
     preview = PendingApproval.objects.get().preview
     assert "-unknown" in preview and "+pool exhausted" in preview and "new file" not in preview
@@ -81,7 +80,7 @@ def test_a_reject_gives_the_model_a_rejected_result_and_the_run_continues(alice,
     assert seen.content == "rejected by a human: not in prod"
     assert ToolCall.objects.get(tool="write_file").status == ToolCallStatus.REJECTED
     assert Exchange.objects.get(session=troubleshooting).outcome == "completed"
-    assert not (workspace_for(troubleshooting.pk) / "reports" / "findings.md").exists()
+    assert read_current(troubleshooting.pk, "reports/findings.md") is None
 
 
 def test_an_overdue_approval_expires_the_model_gets_expired_and_a_late_resolve_is_gone(
@@ -149,7 +148,7 @@ def test_resolving_in_a_fresh_process_continues_the_run(alice, carol, troublesho
     assert exchange.status == ExchangeStatus.PARKED
     request_id = str(PendingApproval.objects.get().request_id)
     db = connection.settings_dict
-    env = {**os.environ, "SKALD_SYNC_TASKS": "1", "SKALD_WORKSPACE_ROOT": str(workspace_for(0).parent),
+    env = {**os.environ, "SKALD_SYNC_TASKS": "1",
            "SKALD_LOOP_BOUNDS": json.dumps({"max_turns": 8})}
     if connection.vendor == "sqlite":
         env["SKALD_SQLITE_PATH"] = str(db["NAME"])
@@ -166,7 +165,7 @@ def test_resolving_in_a_fresh_process_continues_the_run(alice, carol, troublesho
     )
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert (workspace_for(troubleshooting.pk) / "reports" / "findings.md").exists()
+    assert read_current(troubleshooting.pk, "reports/findings.md") is not None
     exchange = Exchange.objects.get(session=troubleshooting)
     assert (exchange.status, exchange.outcome) == (ExchangeStatus.SETTLED, "completed")
     assert exchange.receipt["detail"]["answer"] == "report written"

@@ -130,8 +130,14 @@ class Stack:
     def api(self, username: str) -> Api:
         return Api(self.http(self.token(username)))
 
-    def workspace(self, session_id: int) -> Path:
-        return self.var_dir / "workspaces" / f"session-{session_id}"
+    def workspace_put(self, session_id: int, path: str, text: str) -> None:
+        """Seed a session's workspace the way an operator does (`manage.py workspace_put`)."""
+        env = {name: value for name, value in os.environ.items()
+               if not name.startswith(_SCRUBBED_PREFIXES) and name not in _SCRUBBED_NAMES}
+        env.update({"SKALD_VAR_DIR": str(self.var_dir), "DJANGO_SETTINGS_MODULE": "skald.settings"})
+        done = subprocess.run([sys.executable, str(BASE_DIR / "manage.py"), "workspace_put", str(session_id), path],
+                              input=text.encode(), cwd=BASE_DIR, env=env, capture_output=True, timeout=60)
+        assert done.returncode == 0, done.stderr.decode(errors="replace")
 
     def remember_tree(self) -> list[Proc]:
         """Record the launcher's process tree now (qcluster forks its workers after /healthz)."""

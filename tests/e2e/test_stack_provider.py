@@ -102,9 +102,7 @@ def big_read(stack: Stack, operator: Api, fake_provider: FakeOpenAIServer) -> di
     """An exchange whose model reads a 100 KiB workspace file, then answers."""
     server = _reset(fake_provider)
     session = operator.create_session("troubleshooter")
-    workspace = stack.workspace(session["id"])
-    workspace.mkdir(parents=True, exist_ok=True)
-    (workspace / "big.txt").write_text(BIG)
+    stack.workspace_put(session["id"], "big.txt", BIG)
     server.push(tool_turn("read_file", {"path": "big.txt"}), sse(text_chunks("The upstream ", "times out.")))
     posted = operator.send(session["id"], "Why does checkout return 502?", key="e2e-read-big")
     settled = operator.wait_settled(session["id"], posted["id"])

@@ -17,7 +17,7 @@ from skald.agents.seed import seed_agents
 from skald.cases.services import case_create
 from skald.loop_adapters import runtime
 from skald.models import Run, RunStatus
-from skald.sessions.workspace import workspace_for
+from skald.sessions.workspace import read_current
 from tests.conftest import make_user
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
@@ -189,7 +189,7 @@ def test_the_demo_playbook_parks_on_the_write_completes_after_approval_and_leave
     assert response.status_code == 202
     done = Run.objects.get()
     assert done.status == RunStatus.COMPLETED, done.status
-    assert (workspace_for(done.session_id) / "reports" / "findings.md").exists()
+    assert read_current(done.session_id, "reports/findings.md") is not None
     assert ToolCall.objects.filter(session_id=done.session_id, tool="read_logs", status="completed").exists()
     from proposals.models import Proposal
 
