@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run setup test quick lint bench clean
+.PHONY: run setup test quick lint bench crash clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "Python 3.11 is required ($(PYTHON) not found)"; exit 1; }
@@ -32,6 +32,12 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	@$(PY) -m bench
+
+# Kill a worker at every failpoint N times (default 20), restart it, print the invariants table.
+# CRASH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/any also runs them on PostgreSQL.
+N ?= 20
+crash: $(STAMP)
+	@$(PY) -m tests.e2e.crash --runs $(N)
 
 clean:
 	rm -rf $(VENV) var

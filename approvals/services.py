@@ -18,8 +18,8 @@ from loop.digest import arguments_hash
 from loop.providers.base import ToolSpec
 from skald.core import clock
 from skald.core.errors import Conflict, Forbidden, NotFound, SkaldError
-from skald.core.queue import enqueue_on_commit
 from skald.core.roles import Role, has_role
+from skald.loop_adapters.work import work_on_commit
 
 
 def known_tools_record(*, specs: Sequence[ToolSpec], category: str = ToolCategory.DYNAMIC) -> int:
@@ -103,7 +103,8 @@ def pending_approval_resolve(
                          "rule": approval.rule_id, "arguments_hash": approval.args_hash},
             )
             _announce(approval, resolver_label=f"user:{resolver.pk}")
-            enqueue_on_commit("skald.tasks.resolve_pending_call", call.pk, decision, reason[:2000])
+            work_on_commit("skald.tasks.resolve_pending_call", call.pk, decision, reason[:2000],
+                           key=f"resolve:c{call.pk}")
     if expired_now:
         approvals_expire(request_ids=[approval.request_id])
         raise SkaldError("This approval has expired.", code="approval_expired", http_status=410)
@@ -131,7 +132,8 @@ def approvals_expire(*, request_ids: Sequence[Any] | None = None) -> int:
                          subject_id=str(approval.request_id),
                          payload={"tool_call": approval.tool_call_id, "expires_at": approval.expires_at.isoformat()})
             _announce(approval, resolver_label="system:expiry")
-            enqueue_on_commit("skald.tasks.resolve_pending_call", approval.tool_call_id, "expire", "")
+            work_on_commit("skald.tasks.resolve_pending_call", approval.tool_call_id, "expire", "",
+                           key=f"resolve:c{approval.tool_call_id}")
             expired += 1
     return expired
 

@@ -17,6 +17,7 @@ REPLAY_CAP = 500
 PAYLOAD_CAP_BYTES = 64 * 1024
 MAX_PARALLEL_CALLS = 4
 MAX_AGENT_DEPTH = 5
+DEFAULT_LEASE_SECONDS = 30.0  # SKALD_LEASE_SECONDS: how long a claim outlives its last renewal
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,14 +14,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from loop.admission import InputRefused, admit_exchange, run_hook
 from loop.budgets import BudgetRefused, DispatchAuthority
 from loop.cancellation import CancelToken
 from loop.dispatch import DispatchCanceled, dispatch
 from loop.env import LoopEnv
-from loop.errors import ClaimRefused, HarnessError, HookError, LoopError, ProviderError
-from loop.hooks import HookContext, HookPoint
-from loop.masking import find_tripwires
-from loop.models import Exchange, ExchangeStatus, Frame, ToolCall
+from loop.errors import ClaimRefused, LoopError, ProviderError
+from loop.failpoints import failpoint
+from loop.hooks import HookPoint
+from loop.models import Exchange, ExchangeStatus, Frame, ToolCall, ToolCallStatus
 from loop.outcomes import (
     AwaitingHuman,
     BudgetExceeded,
@@ -34,7 +35,7 @@ from loop.outcomes import (
 )
 from loop.providers.base import AssembledTurn, ProviderRequest, ToolSpec
 from loop.steps import Answer, CapReached, ToolRound, classify_turn
-from loop.store import Ledger, ParsedCall
+from loop.store import Ledger, ParsedCall, parsed_from_row
 from loop.tools.execute import ToolOutcome
 from loop.tools.fanout import journal_upfront, run_round
 from loop.watch import StopWatcher
@@ -43,56 +44,23 @@ from loop.watch import StopWatcher
 
 logger = logging.getLogger(__name__)
 
-
-class InputRefused(HarnessError):
-    code = "credential_tripwire"
-
-
-def _hook(env: LoopEnv, point: HookPoint, exchange_id: int | None, detail: Mapping[str, Any]) -> None:
-    verdict = env.hooks.run(
-        point,
-        HookContext(point=point, session_id=str(env.scope.session_id),
-                    exchange_id=str(exchange_id) if exchange_id else None, agent=env.agent.name, detail=detail),
-    )
-    if not verdict.allowed:
-        raise HookError(f"{point.value} denied: {verdict.reason}", code="hook_denied")
-
-
-def admit_exchange(
-    env: LoopEnv, *, request_key: str, content: str, author: str = "", claim_token: str = ""
-) -> tuple[Exchange, bool]:
-    """Idempotent admission (SPEC L4): ``loop.before_start`` policy, tripwires, then the stored row.
-
-    Returns ``(exchange, replayed)``; a replayed exchange wrote nothing.
-
-    Raises:
-        InputRefused: the content matches credential markers (nothing stored).
-        HookError: the start policy denied it.
-        AdmissionRefused: another exchange of the session is still active.
-    """
-    if env.hooks.configured(HookPoint.BEFORE_START):
-        # An exact retry is answered before the policy runs: it admits nothing. Without a policy
-        # the store's own admission answers it, in the same query that checks the session.
-        existing = env.store.find_exchange(env.scope.session_id, request_key)
-        if existing is not None:
-            return existing, True
-    markers = find_tripwires(content)
-    if markers:
-        raise InputRefused(f"the message matches credential markers ({', '.join(markers)}); it was not stored")
-    _hook(env, HookPoint.BEFORE_START, None, {"request_key": request_key})
-    admission = env.store.admit(
-        session_id=env.scope.session_id, request_key=request_key, content=content, principal=env.principal,
-        config={"bounds": env.bounds.as_dict(), "agent": env.agent.name, "provider": env.provider.name,
-                "budget_tokens": env.bounds.budget_tokens},
-        author=author, claim_token=claim_token,
-    )
-    return admission.exchange, admission.replayed
+# A call in one of these states has no result yet and no worker running it.
+WAITING = (ToolCallStatus.PLANNED, ToolCallStatus.APPROVED, ToolCallStatus.AWAITING_HUMAN)
 
 
 def drive_exchange(
-    env: LoopEnv, exchange: Exchange, *, claim_token: str, cancel: CancelToken | None = None
+    env: LoopEnv,
+    exchange: Exchange,
+    *,
+    claim_token: str,
+    cancel: CancelToken | None = None,
+    resume: Sequence[ToolCall] = (),
+    approved: frozenset[int] = frozenset(),
 ) -> ExchangeResult:
     """Claim and drive an open exchange to a settled or parked outcome.
+
+    ``resume`` are calls a crash or a human left unfinished (recovery): their round completes
+    first, re-gated except the ``approved`` ones (a human just decided those).
 
     Raises:
         ClaimRefused: the exchange is not open or another driver holds it.
@@ -104,15 +72,16 @@ def drive_exchange(
     if not claimed_at_admission and not env.store.claim(exchange.pk, claim_token):
         raise ClaimRefused(f"exchange {exchange.pk} is not open or is claimed by another driver")
     exchange.claim_token = claim_token
+    failpoint("loop.after_claim")
     token = cancel or CancelToken()
     try:
-        _hook(env, HookPoint.BEFORE_INPUT, exchange.pk, {"turns": exchange.turns})
+        run_hook(env, HookPoint.BEFORE_INPUT, exchange.pk, {"turns": exchange.turns})
         # A stop made while the exchange waited for a worker counts at once (the watcher polls
         # after that); one claimed with its admission a moment ago has had no time to be stopped.
         if not claimed_at_admission and env.store.cancel_requested(exchange.pk):
             token.cancel("stop requested")
-        with StopWatcher(env.store, exchange.pk, token, env.cancel_poll_interval):
-            outcome = _loop(_Drive.start(env, exchange, token))
+        with StopWatcher(env.store, exchange.pk, token, env.cancel_poll_interval, claim=claim_token):
+            outcome = _loop(_Drive.start(env, exchange, token, approved), resume)
     except LoopError as exc:
         env.store.mark_broken(exchange, code=exc.code, message=str(exc), principal=env.principal)
         raise
@@ -120,6 +89,24 @@ def drive_exchange(
         env.store.mark_broken(exchange, code="internal_error", message=repr(exc), principal=env.principal)
         raise
     return ExchangeResult(exchange.pk, outcome, exchange.receipt)
+
+
+def finish_round(
+    env: LoopEnv, exchange: Exchange, calls: Sequence[ToolCall], *, claim_token: str, approved: frozenset[int],
+    cancel: CancelToken,
+) -> RunOutcome | None:
+    """Run a claimed parked exchange's answered or interrupted calls (recovery, a human's answer).
+
+    Returns the outcome when the round settled or parked the exchange, None when it finished and
+    the caller may go on (reopen and drive, or leave it parked on calls still waiting).
+    """
+    try:
+        with StopWatcher(env.store, exchange.pk, cancel, env.cancel_poll_interval, claim=claim_token):
+            drive = _Drive.start(env, exchange, cancel, approved)
+            return _tool_round(drive, [(call, parsed_from_row(call)) for call in calls])
+    except LoopError as exc:
+        env.store.mark_broken(exchange, code=exc.code, message=str(exc), principal=env.principal)
+        raise
 
 
 def run_turns_keyed(
@@ -152,7 +139,11 @@ def _replayed(exchange: Exchange) -> ExchangeResult:
 # --- the loop -----------------------------------------------------------------------------------
 
 
-def _loop(drive: _Drive) -> RunOutcome:
+def _loop(drive: _Drive, resume: Sequence[ToolCall] = ()) -> RunOutcome:
+    if resume:  # what a crash or a human left unfinished completes its round first
+        parked = _tool_round(drive, [(call, parsed_from_row(call)) for call in resume])
+        if parked is not None:
+            return parked
     turn = drive.exchange.turns
     while True:
         if drive.token.cancelled:  # round boundary
@@ -181,8 +172,9 @@ def _loop(drive: _Drive) -> RunOutcome:
 def _tool_round(drive: _Drive, calls: list[tuple[ToolCall, ParsedCall]]) -> RunOutcome | None:
     """Run the round's calls (the effects); None when the loop goes on to the next model turn."""
     env, token = drive.env, drive.token
-    result = run_round(env.round_env(), calls, token)
+    result = run_round(env.round_env(), calls, token, skip_gate_for=drive.approved)
     if result.canceled:
+        drive.cancel_leftovers(token.reason or "stop requested")
         return drive.settle(Canceled(token.reason or "stop requested"))
     waiting = [call for call, _, _ in result.parked] + [call for call, _ in result.handoffs]
     if not waiting:
@@ -208,15 +200,17 @@ class _Drive:
     authority: DispatchAuthority
     token: CancelToken
     specs: tuple[ToolSpec, ...]
+    approved: frozenset[int] = frozenset()
 
     @classmethod
-    def start(cls, env: LoopEnv, exchange: Exchange, token: CancelToken) -> _Drive:
+    def start(cls, env: LoopEnv, exchange: Exchange, token: CancelToken, approved: frozenset[int] = frozenset()
+              ) -> _Drive:
         authority = DispatchAuthority(budget_tokens=exchange.budget_tokens, spent_tokens=exchange.reserved_tokens,
                                       accounting_incomplete=exchange.accounting_incomplete)
         specs = env.tools.specs()
         if env.discovery is not None:
             env.discovery.offered(specs)
-        return cls(env, exchange, env.store.root_frame(exchange), authority, token, specs)
+        return cls(env, exchange, env.store.root_frame(exchange), authority, token, specs, approved)
 
     def model_turn(self, turn: int) -> AssembledTurn | TerminalOutcome:
         """Context, then one provider call through the dispatch seam: the turn, or why there is none."""
@@ -236,23 +230,36 @@ class _Drive:
             return ProviderFailed(code=exc.code, message=str(exc))
 
     def message_end(self, turn: int, reply: AssembledTurn, *, journal: int) -> list[tuple[ToolCall, ParsedCall]]:
-        return self.env.store.record_message_end(
+        failpoint("loop.before_message_end")
+        calls = self.env.store.record_message_end(
             exchange=self.exchange, frame=self.frame, turn=turn, assembled=reply, principal=self.env.principal,
             spent_tokens=self.authority.spent_tokens, journal=journal,
         )
+        failpoint("loop.after_message_end")
+        return calls
 
     def finish(self, turn: int, reply: AssembledTurn, outcome: TerminalOutcome) -> None:
+        failpoint("loop.before_settle")
         self.env.store.finish_turn(exchange=self.exchange, frame=self.frame, turn=turn, assembled=reply,
                                    principal=self.env.principal, spent_tokens=self.authority.spent_tokens,
                                    outcome=outcome)
+        failpoint("loop.after_settle")
 
     def cancel(self, calls: Sequence[ToolCall], reason: str) -> None:
-        self.env.store.cancel_calls(calls, reason=reason, principal=self.env.principal, narrative=self.frame.narrative)
+        self.env.store.cancel_calls(calls, reason=reason, principal=self.env.principal, narrative=self.frame.narrative,
+                                    then=self.env.calls_canceled)
+
+    def cancel_leftovers(self, reason: str) -> None:
+        """Before a stop settles: calls of a parked batch that still wait end canceled too, so the
+        receipt covers every call of the exchange."""
+        self.cancel(self.env.store.calls_in(self.exchange.pk, *WAITING), reason)
 
     def settle(self, outcome: TerminalOutcome) -> TerminalOutcome:
         """Settle with the authority's spend saved in the same transaction."""
         ledger = Ledger(self.authority.spent_tokens, self.authority.accounting_incomplete)
+        failpoint("loop.before_settle")
         self.env.store.settle(self.exchange, outcome, principal=self.env.principal, ledger=ledger)
+        failpoint("loop.after_settle")
         return outcome
 
     def _live_text(self, turn: int) -> Callable[[str], None]:
@@ -278,6 +285,7 @@ __all__ = [
     "ToolOutcome",
     "admit_exchange",
     "drive_exchange",
+    "finish_round",
     "run_turns",
     "run_turns_keyed",
 ]

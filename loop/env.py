@@ -6,6 +6,7 @@ message history: a worker builds a :class:`LoopEnv` per exchange from the produc
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from loop.bounds import Bounds
@@ -35,6 +36,12 @@ class LoopEnv:
     context: ContextBuilder = DEFAULT_CONTEXT
     cancel_poll_interval: float = 0.2
     narrative: str = ""
+    # Told (in the same transaction) of calls a stop cancels, with the acting principal.
+    calls_canceled: Callable[[Sequence[int], str], object] | None = None
+
+    def __post_init__(self) -> None:
+        # An agent's or deployment's payload cap reaches every row this loop writes.
+        self.store = self.store.capped(self.bounds.payload_cap)
 
     @property
     def principal(self) -> str:

@@ -57,6 +57,12 @@ class PersistError(LoopError):
     code = "persist_error"
 
 
+class PayloadTooLarge(PersistError):
+    """A row would be over the payload cap: refused before anything of its transaction is stored."""
+
+    code = "payload_too_large"
+
+
 class HookError(LoopError):
     """A policy hook denied the step. ``reason`` is bounded to 160 characters."""
 

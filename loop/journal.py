@@ -15,7 +15,7 @@ from django.db import transaction
 from loop import sql
 from loop.bounds import PAYLOAD_CAP_BYTES
 from loop.digest import canonical
-from loop.errors import PersistError
+from loop.errors import PayloadTooLarge, PersistError
 from loop.ports import AuditSink, Clock, EventBus
 from loop.sql import events
 
@@ -56,8 +56,7 @@ class Journal:
         body = canonical(payload)
         size = len(body.encode("utf-8"))
         if size > self.payload_cap:
-            raise PersistError(f"{kind} payload is {size} bytes, over the {self.payload_cap}-byte cap",
-                               code="payload_too_large")
+            raise PayloadTooLarge(f"{kind} payload is {size} bytes, over the {self.payload_cap}-byte cap")
         with sql.cursor() as cursor:
             seq, inserted = events.append_event(cursor, session_id=session_id, exchange_id=exchange_id, kind=kind,
                                                 narrative=narrative, body=body, key=key, created_at=self.now())

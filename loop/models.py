@@ -57,6 +57,8 @@ class Exchange(models.Model):
     outcome = models.CharField(max_length=32, choices=Outcome.choices, blank=True)
     claim_token = models.CharField(max_length=64, blank=True)
     claimed_at = models.DateTimeField(null=True, blank=True)
+    # A claim is a lease: its driver renews it while it works; once it lapses, recovery may take over.
+    lease_until = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     turns = models.PositiveIntegerField(default=0)
     input_tokens = models.PositiveBigIntegerField(default=0)
@@ -113,6 +115,7 @@ class ToolCallStatus(models.TextChoices):
     PLANNED = "planned"
     RUNNING = "running"
     AWAITING_HUMAN = "awaiting_human"
+    APPROVED = "approved"  # a human approved it; it runs next, with the gate skipped
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELED = "canceled"  # one spelling across the kernel (the outcome is ``canceled`` too)
@@ -198,3 +201,26 @@ class ScratchpadEntry(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+class Work(models.Model):
+    """A transactional outbox row: work that must happen, written in the transaction that creates
+    the need (an exchange to drive, an answered approval to carry out). The queue only makes it
+    happen sooner; a sweeper hands out rows that are due again and not done, so a task lost with
+    its worker (or never enqueued) is sent again. ``task`` and ``args`` are the product's."""
+
+    key = models.CharField(max_length=200, unique=True)
+    task = models.CharField(max_length=200)
+    args = models.JSONField(default=list)
+    created_at = models.DateTimeField()
+    due_at = models.DateTimeField()  # when a sweeper may hand it out (again)
+    attempts = models.PositiveIntegerField(default=0)
+    done_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["done_at", "due_at"], name="loop_work_pending")]
+
+    def __str__(self) -> str:
+        return f"{self.task} {self.key}"
+

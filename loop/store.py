@@ -18,7 +18,7 @@ from typing import Any
 from django.db import transaction
 
 from loop import sql
-from loop.bounds import PAYLOAD_CAP_BYTES
+from loop.bounds import DEFAULT_LEASE_SECONDS, PAYLOAD_CAP_BYTES
 from loop.digest import events_digest
 from loop.events import CONVERSATION_KINDS
 from loop.journal import Journal
@@ -30,6 +30,7 @@ from loop.sql import events as event_rows
 from loop.sql import exchanges as rows
 from loop.store_calls import CallLog, ParsedCall, parse_arguments, parsed_from_row
 from loop.store_exchanges import Admission, ExchangeLog, Ledger
+from loop.store_work import WorkLog
 
 
 class Store:
@@ -37,14 +38,23 @@ class Store:
     exposed here under their own names, so callers hold one object."""
 
     def __init__(
-        self, *, audit: AuditSink, clock: Clock, bus: EventBus, payload_cap: int = PAYLOAD_CAP_BYTES
+        self, *, audit: AuditSink, clock: Clock, bus: EventBus, payload_cap: int = PAYLOAD_CAP_BYTES,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> None:
         self.journal = Journal(audit=audit, clock=clock, bus=bus, payload_cap=payload_cap)
         self.calls = CallLog(self.journal)
-        self.exchanges = ExchangeLog(self.journal, self.calls)
+        self.exchanges = ExchangeLog(self.journal, self.calls, lease_seconds=lease_seconds)
+        self.work = WorkLog(self.journal)
+        self.lease_seconds = lease_seconds
         # Exchanges: admission → claim → (park → reopen)* → settle | mark_broken.
         self.admit = self.exchanges.admit
         self.claim = self.exchanges.claim
+        self.claim_for_recovery = self.exchanges.claim_for_recovery
+        self.renew = self.exchanges.renew
+        self.release = self.exchanges.release
+        self.needing_recovery = self.exchanges.needing_recovery
+        self.stranded = self.exchanges.stranded
+        self.active_exchange = self.exchanges.active
         self.reopen = self.exchanges.reopen
         self.root_frame = self.exchanges.root_frame
         self.exchange = self.exchanges.get
@@ -68,6 +78,13 @@ class Store:
     @property
     def payload_cap(self) -> int:
         return self.journal.payload_cap
+
+    def capped(self, payload_cap: int) -> Store:
+        """This store with another payload cap (``Bounds.payload_cap`` of an agent or deployment)."""
+        if payload_cap == self.payload_cap:
+            return self
+        return Store(audit=self.journal.audit_sink, clock=self.journal.clock, bus=self.journal.bus,
+                     payload_cap=payload_cap, lease_seconds=self.lease_seconds)
 
     def release_thread(self) -> None:
         """A helper thread that used the store is ending: close its connections."""

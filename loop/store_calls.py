@@ -7,7 +7,7 @@ A call moves ``planned → running → completed | failed | rejected | cancelled
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,19 +154,28 @@ class CallLog:
                         principal=principal, narrative=narrative)
 
     def cancel_calls(
-        self, calls: Sequence[ToolCall], *, reason: str, principal: str, narrative: str | None = None
+        self,
+        calls: Sequence[ToolCall],
+        *,
+        reason: str,
+        principal: str,
+        narrative: str | None = None,
+        then: Callable[[Sequence[int], str], object] | None = None,
     ) -> int:
-        """The one way a call ends ``cancelled``: a model-visible result that says why, audited.
+        """The one way a call ends ``canceled``: a model-visible result that says why, audited.
 
         Used for a stop, for calls left over when the turn cap is reached, and for a handoff a
-        human closed. ``narrative`` defaults to each call's own frame. Returns how many were
-        cancelled.
+        human closed. ``narrative`` defaults to each call's own frame; ``then(call_ids, principal)``
+        runs in the same transaction (the product cancels the calls' pending approvals there).
+        Returns how many were canceled.
         """
         with transaction.atomic():
             for call in calls:
                 self.result(call, status=ToolCallStatus.CANCELED, content=CANCELED_RESULT.format(reason=reason),
                             is_error=True, truncated=False, principal=principal,
                             narrative=call.frame.narrative if narrative is None else narrative)
+            if then is not None and calls:
+                then([call.pk for call in calls], principal)
         return len(calls)
 
     def transition(self, call: ToolCall, status: str, *, principal: str, extra: Mapping[str, Any]) -> None:

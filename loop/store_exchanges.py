@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
 
 from loop import sql
+from loop.bounds import DEFAULT_LEASE_SECONDS
 from loop.digest import canonical, events_digest
 from loop.errors import SessionAwaitingHuman, SessionBusy
 from loop.events import EventKind
@@ -41,9 +43,13 @@ class Ledger:
 class ExchangeLog:
     """Exchange rows through their life: open → (parked → open)* → settled | broken."""
 
-    def __init__(self, journal: Journal, calls: CallLog) -> None:
+    def __init__(self, journal: Journal, calls: CallLog, *, lease_seconds: float = DEFAULT_LEASE_SECONDS) -> None:
         self.journal = journal
         self.calls = calls
+        self.lease = timedelta(seconds=lease_seconds)
+
+    def _lease_until(self) -> datetime:
+        return self.journal.now() + self.lease
 
     # --- admission and claims ---------------------------------------------------------------------
 
@@ -71,8 +77,9 @@ class ExchangeLog:
                 if clash is not None:
                     refusal = SessionAwaitingHuman if clash.status == ExchangeStatus.PARKED else SessionBusy
                     raise refusal(f"exchange e{clash.number} of this session is still {clash.status}")
+                now = self.journal.now()
                 exchange = rows.create_exchange(session, request_key=request_key, content=content, config=config,
-                                                claim_token=claim_token, now=self.journal.now())
+                                                claim_token=claim_token, now=now, lease_until=now + self.lease)
                 payload = {"content": content, "author": author}
                 seq = self.journal.append(session_id, EventKind.USER, payload,
                                           f"s{session_id}:e{exchange.number}:user", exchange_id=exchange.pk)
@@ -98,14 +105,47 @@ class ExchangeLog:
 
     def claim(self, exchange_id: int, token: str) -> bool:
         """Claim an open exchange for one driver; a second driver gets False (no double driving).
-        The driver that claimed it at admission keeps it."""
+        The driver that claimed it at admission keeps it. The claim is a lease (see :meth:`renew`)."""
         with transaction.atomic():
-            return rows.claim(exchange_id, token, self.journal.now())
+            return rows.claim(exchange_id, token, self.journal.now(), self._lease_until())
 
-    def reopen(self, exchange: Exchange, *, principal: str, reason: str) -> bool:
-        """A parked exchange becomes open again (its approvals are answered) for a new driver."""
+    def claim_for_recovery(self, exchange_id: int, token: str, *, principal: str, reason: str = "recovery") -> bool:
+        """Claim an active (open or parked) exchange that no live driver holds: unclaimed, or its
+        lease lapsed. Recovery and resolvers claim exactly like a live turn, so two never drive
+        one exchange together."""
         with transaction.atomic():
-            changed = rows.reopen(exchange.pk)
+            now = self.journal.now()
+            taken = rows.claim(exchange_id, token, now, now + self.lease,
+                               statuses=(ExchangeStatus.OPEN, ExchangeStatus.PARKED), take_lapsed=True)
+            if taken:
+                self.journal.audit("loop.exchange.resumed", principal=principal, subject_type="exchange",
+                                   subject_id=exchange_id, payload={"reason": f"claimed: {reason}"})
+        return taken
+
+    def renew(self, exchange_id: int, token: str) -> bool:
+        """Extend the lease while driving; False when the claim was lost (stop driving)."""
+        return rows.renew(exchange_id, token, self._lease_until())
+
+    def release(self, exchange_id: int, token: str) -> bool:
+        """Give a claim back without settling (a resolver that leaves the exchange parked)."""
+        return rows.release(exchange_id, token)
+
+    def needing_recovery(self, *, unclaimed_for: float, limit: int = 100) -> list[int]:
+        """Active exchanges no live driver holds (see :func:`loop.sql.exchanges.needing_recovery`)."""
+        now = self.journal.now()
+        return rows.needing_recovery(now, unclaimed_before=now - timedelta(seconds=unclaimed_for), limit=limit)
+
+    def stranded(self, exchange_id: int, *, unclaimed_for: float) -> bool:
+        now = self.journal.now()
+        return rows.is_stranded(exchange_id, now, unclaimed_before=now - timedelta(seconds=unclaimed_for))
+
+    def active(self, session_id: int) -> Exchange | None:
+        return rows.active_exchange(session_id)
+
+    def reopen(self, exchange: Exchange, *, principal: str, reason: str, token: str = "") -> bool:
+        """A parked exchange becomes open again (its approvals are answered), held by ``token``."""
+        with transaction.atomic():
+            changed = rows.reopen(exchange.pk, token)
             if changed:
                 self.journal.audit("loop.exchange.resumed", principal=principal, subject_type="exchange",
                                    subject_id=exchange.pk, payload={"reason": reason})

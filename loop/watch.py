@@ -1,35 +1,55 @@
-"""A driver's companion thread: it notices a stop requested from another process.
+"""A driver's companion thread: it keeps the claim's lease alive and notices a stop made elsewhere.
 
 The token is the in-process truth (SPEC L12); the store is the cross-process one. The watcher
 polls the store at an interval and fires the token, so every seam that watches the token (the
-provider stream, the exec bridge, the round boundary) stops within one interval.
+provider stream, the exec bridge, the round boundary) stops within one interval. It also renews
+the exchange's lease (SPEC R2) every third of the lease, so a long tool call keeps its claim while
+a killed worker's claim lapses and recovery takes over. A lease found lost (another driver took
+over) stops this driver too.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Protocol
 
 from loop.cancellation import CancelToken
 
+LEASE_LOST = "lease lost: another driver took over this exchange"
 
-class StopSource(Protocol):
+
+class DriveSource(Protocol):
+    lease_seconds: float
+
     def cancel_requested(self, exchange_id: int) -> bool: ...
+
+    def renew(self, exchange_id: int, token: str) -> bool: ...
 
     def release_thread(self) -> None: ...
 
 
 class StopWatcher:
-    """``with StopWatcher(store, exchange_id, token, interval):`` polls for a stop while driving."""
+    """``with StopWatcher(store, exchange_id, token, interval, claim=...):`` while driving."""
 
-    def __init__(self, source: StopSource, exchange_id: int, token: CancelToken, interval: float) -> None:
+    def __init__(
+        self, source: DriveSource, exchange_id: int, token: CancelToken, interval: float, *, claim: str = ""
+    ) -> None:
         self._source, self._exchange_id, self._token, self._interval = source, exchange_id, token, interval
+        self._claim = claim
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"stop-watch:{exchange_id}", daemon=True)
 
     def _run(self) -> None:
+        renew_every = self._source.lease_seconds / 3
+        renewed = time.monotonic()
         try:
             while not self._stop.wait(self._interval) and not self._token.cancelled:
+                if self._claim and time.monotonic() - renewed >= renew_every:
+                    if not self._source.renew(self._exchange_id, self._claim):
+                        self._token.cancel(LEASE_LOST)
+                        return
+                    renewed = time.monotonic()
                 if self._source.cancel_requested(self._exchange_id):
                     self._token.cancel("stop requested")
         finally:

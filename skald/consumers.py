@@ -23,6 +23,7 @@ from skald.core.errors import SkaldError
 from skald.loop_adapters.bus import session_group
 from skald.loop_adapters.translate import translate_delta, translate_event
 from skald.sessions import selectors
+from skald.sessions.services import session_wake
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,8 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         if self.channel_layer is not None:
             await self.channel_layer.group_add(self.group, self.channel_name)
         self.pump = asyncio.create_task(self._pump())
+        # A session whose worker died resumes when someone looks at it (SPEC R3 recover_turn).
+        await database_sync_to_async(session_wake)(session=self.session)
 
     async def disconnect(self, code: int) -> None:
         pump = getattr(self, "pump", None)

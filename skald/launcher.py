@@ -121,6 +121,7 @@ def main() -> int:
         daphne = _spawn([sys.executable, "-m", "daphne", "-b", host, "-p", port, "skald.asgi:application"])
         children.append(daphne)
         children.append(_spawn([sys.executable, str(BASE_DIR / "manage.py"), "qcluster"]))
+        children.append(_spawn([sys.executable, str(BASE_DIR / "manage.py"), "skald_sweeper"]))
         display_host = f"[{host}]" if ":" in host else host
         base = f"http://{display_host}:{port}"
         if _wait_until_serving(f"{base}/healthz", daphne, lambda: stopping):

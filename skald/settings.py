@@ -115,6 +115,10 @@ else:
 SKALD_TASK_TIMEOUT = envint("SKALD_Q_TIMEOUT", 900, minimum=30)
 # A claim older than any task may run belongs to a worker that died: its turn is repaired (R3).
 SKALD_CLAIM_STALE_SECONDS = SKALD_TASK_TIMEOUT + 60
+# A claim is a lease its driver renews; once it lapses, the sweep or a wake-up recovers the turn (R2).
+SKALD_LEASE_SECONDS = envint("SKALD_LEASE_SECONDS", 30, minimum=1)
+# How often `manage.py skald_sweeper` (started by `make run`) hands out work nothing is doing.
+SKALD_SWEEP_SECONDS = envint("SKALD_SWEEP_SECONDS", 5, minimum=1)
 Q_CLUSTER: dict[str, object] = {
     "name": "skald",
     "workers": envint("SKALD_Q_WORKERS", 2, minimum=1),

@@ -4,34 +4,53 @@ from __future__ import annotations
 
 import logging
 
+from django.conf import settings
+
 from approvals.services import approvals_expire
-from loop.driver import drive_exchange
-from loop.errors import ClaimRefused
 from loop.models import Exchange, ExchangeStatus, ToolCall
-from loop.recovery import resolve_pending
-from skald.cases.runs import run_sync_from_exchange
+from loop.recovery import recover_exchange, resolve_pending
+from skald.cases.runs import run_sync_from_exchange, runs_out_of_step
 from skald.core.ids import new_token
+from skald.core.queue import enqueue_now
 from skald.loop_adapters.runtime import build_env
+from skald.loop_adapters.store import kernel_store
+from skald.loop_adapters.work import work_due, work_run
 from skald.sessions import services as session_services
 
 logger = logging.getLogger(__name__)
 
 
 def run_kernel_turn(exchange_id: int) -> str:
-    """Drive an admitted exchange (a user message) to a settled or parked outcome."""
+    """Drive an admitted exchange (a user message) to a settled or parked outcome (SPEC R3).
+
+    A dangling call of a long-dead turn on the session is repaired first. The exchange is claimed
+    like any recovery: a redelivered task finds it held (nothing to do) or continues what a lost
+    worker left.
+    """
     exchange = Exchange.objects.select_related("session").get(pk=exchange_id)
-    session_services.repair_stale_exchange(session=exchange.session)  # a dangling call from a crashed turn first
-    if exchange.status != ExchangeStatus.OPEN or exchange.claim_token:
-        logger.info("exchange %s is %s; nothing to drive", exchange_id, exchange.status)
+    session_services.repair_stale_exchange(session=exchange.session)
+    return _recover(exchange)
+
+
+def recover_turn(session_id: int) -> str:
+    """Continue what was interrupted in a session, without a new message (SPEC R3): a websocket
+    connect, an async result, a wake-up or the sweep. Nothing happens when a live driver holds it."""
+    exchange = kernel_store().active_exchange(session_id)
+    if exchange is None:
+        return "nothing active"
+    return _recover(Exchange.objects.select_related("session").get(pk=exchange.pk))
+
+
+def _recover(exchange: Exchange) -> str:
+    if exchange.status not in (ExchangeStatus.OPEN, ExchangeStatus.PARKED):
+        after_exchange(exchange.pk)  # a redelivery after the outcome: the run still follows it
         return exchange.status
     try:
         env = build_env(exchange.session, exchange_id=exchange.pk)
-        result = drive_exchange(env, exchange, claim_token=new_token())
-    except ClaimRefused:  # another worker drives it: no double driving
-        return "claimed elsewhere"
+        result = recover_exchange(env, exchange.pk, claim_token=new_token())
     finally:
-        after_exchange(exchange_id)
-    return result.outcome.name
+        after_exchange(exchange.pk)
+    return result.outcome.name if result is not None else "held by a live driver"
 
 
 def after_exchange(exchange_id: int) -> None:
@@ -44,7 +63,12 @@ def after_exchange(exchange_id: int) -> None:
 
 def resolve_pending_call(tool_call_id: int, resolution: str, reason: str = "") -> str:
     """Continue after a human answered (or an approval expired): run or settle the call, then
-    drive the exchange on when nothing else of it waits. Works the same after any restart."""
+    drive the exchange on when nothing else of it waits. Works the same after any restart.
+
+    Raises:
+        ResolverBusy: another answer of the same batch is being carried out; the outbox row falls
+            due again after one lease.
+    """
     call = ToolCall.objects.select_related("session", "frame").get(pk=tool_call_id)
     env = build_env(call.session, exchange_id=call.exchange_id)
     try:
@@ -53,6 +77,31 @@ def resolve_pending_call(tool_call_id: int, resolution: str, reason: str = "") -
     finally:
         after_exchange(call.exchange_id)
     return result.outcome.name if result is not None else "settled call"
+
+
+def run_work(work_id: int) -> str:
+    """Carry out one outbox row (``skald.loop_adapters.work``)."""
+    return work_run(work_id)
+
+
+def sweep() -> dict[str, int]:
+    """Hand out what nothing is doing (SPEC R2): outbox rows that fell due again, exchanges no live
+    driver holds (a lapsed lease, a lost task, answered but never continued), runs out of step with
+    their exchange. Any worker may run it, any number of times: every hand-out is claimed."""
+    due = work_due()
+    for work_id in due:
+        enqueue_now("skald.tasks.run_work", work_id)
+    stranded = kernel_store().needing_recovery(unclaimed_for=settings.SKALD_LEASE_SECONDS)
+    for exchange_id in stranded:
+        enqueue_now("skald.tasks.recover_exchange_task", exchange_id)
+    lagging = runs_out_of_step()
+    for exchange_id in lagging:
+        after_exchange(exchange_id)
+    return {"work": len(due), "exchanges": len(stranded), "runs": len(lagging)}
+
+
+def recover_exchange_task(exchange_id: int) -> str:
+    return _recover(Exchange.objects.select_related("session").get(pk=exchange_id))
 
 
 def expire_approvals() -> int:

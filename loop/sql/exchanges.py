@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 from django.db.backends.utils import CursorWrapper
 from django.db.models import Q
 
-from loop.models import Exchange, ExchangeStatus, Frame, FrameStatus, Outcome, ScratchpadEntry, Session
+from loop.models import (
+    Exchange,
+    ExchangeStatus,
+    Frame,
+    FrameStatus,
+    Outcome,
+    ScratchpadEntry,
+    Session,
+    ToolCall,
+    ToolCallStatus,
+)
 from loop.sql import for_update, json_param, when
 
 ACTIVE_STATUSES = (ExchangeStatus.OPEN, ExchangeStatus.PARKED)
@@ -55,7 +65,8 @@ def admission_clash(session_id: int, request_key: str) -> Exchange | None:
 
 
 def create_exchange(
-    session: Session, *, request_key: str, content: str, config: Mapping[str, Any], claim_token: str, now: datetime
+    session: Session, *, request_key: str, content: str, config: Mapping[str, Any], claim_token: str, now: datetime,
+    lease_until: datetime,
 ) -> Exchange:
     """The session's next exchange with its root frame (``exchange.root``); the session is locked."""
     number = session.exchange_count + 1
@@ -63,7 +74,7 @@ def create_exchange(
     exchange = Exchange.objects.create(
         session_id=session.pk, number=number, request_key=request_key, input=content, status=ExchangeStatus.OPEN,
         config=dict(config), created_at=now, budget_tokens=config.get("budget_tokens"), claim_token=claim_token,
-        claimed_at=now if claim_token else None,
+        claimed_at=now if claim_token else None, lease_until=lease_until if claim_token else None,
     )
     exchange.root = Frame.objects.create(  # type: ignore[attr-defined]
         session_id=session.pk, exchange=exchange, depth=0, agent=session.agent, created_at=now
@@ -71,16 +82,56 @@ def create_exchange(
     return exchange
 
 
-def claim(exchange_id: int, token: str, now: datetime) -> bool:
-    return Exchange.objects.filter(pk=exchange_id, status=ExchangeStatus.OPEN).filter(
+def claim(exchange_id: int, token: str, now: datetime, lease_until: datetime, *, statuses: Iterable[str] = (
+        ExchangeStatus.OPEN,), take_lapsed: bool = False) -> bool:
+    """Claim an exchange in ``statuses`` that nobody holds (or this token holds). With
+    ``take_lapsed`` a claim whose lease ran out is taken over too (recovery)."""
+    free = Q(claim_token="") | Q(claim_token=token)
+    if take_lapsed:
+        free |= Q(lease_until__lt=now)
+    return Exchange.objects.filter(pk=exchange_id, status__in=list(statuses)).filter(free).update(
+        claim_token=token, claimed_at=now, lease_until=lease_until) == 1
+
+
+def renew(exchange_id: int, token: str, lease_until: datetime) -> bool:
+    """Extend a held lease; False when the claim is no longer this token's (the driver must stop)."""
+    return Exchange.objects.filter(pk=exchange_id, claim_token=token, status__in=ACTIVE_STATUSES).update(
+        lease_until=lease_until) == 1
+
+
+def release(exchange_id: int, token: str) -> bool:
+    return Exchange.objects.filter(pk=exchange_id, claim_token=token).update(claim_token="", lease_until=None) == 1
+
+
+def _stranded(now: datetime, unclaimed_before: datetime) -> Q:
+    """Active exchanges no live driver holds: a lapsed lease, a parked exchange whose calls are all
+    answered, or an open one nobody claimed for a while (its task was lost)."""
+    lapsed = Q(status__in=ACTIVE_STATUSES, lease_until__lt=now) & ~Q(claim_token="")
+    unclaimed = Q(status=ExchangeStatus.OPEN, claim_token="", created_at__lt=unclaimed_before)
+    answered = Q(status=ExchangeStatus.PARKED, claim_token="") & ~Q(
+        pk__in=ToolCall.objects.filter(status=ToolCallStatus.AWAITING_HUMAN).values("exchange_id"))
+    return lapsed | unclaimed | answered
+
+
+def needing_recovery(now: datetime, *, unclaimed_before: datetime, limit: int) -> list[int]:
+    return list(Exchange.objects.filter(_stranded(now, unclaimed_before)).order_by("id")
+                .values_list("pk", flat=True)[:limit])
+
+
+def is_stranded(exchange_id: int, now: datetime, *, unclaimed_before: datetime) -> bool:
+    return Exchange.objects.filter(_stranded(now, unclaimed_before), pk=exchange_id).exists()
+
+
+def active_exchange(session_id: int) -> Exchange | None:
+    return Exchange.objects.filter(session_id=session_id, status__in=ACTIVE_STATUSES).order_by("-number").first()
+
+
+def reopen(exchange_id: int, token: str) -> bool:
+    """A parked exchange opens again, held by ``token`` (the resolver that answered it), or by
+    nobody when ``token`` is empty."""
+    return Exchange.objects.filter(pk=exchange_id, status=ExchangeStatus.PARKED).filter(
         Q(claim_token="") | Q(claim_token=token)
-    ).update(claim_token=token, claimed_at=now) == 1
-
-
-def reopen(exchange_id: int) -> bool:
-    return Exchange.objects.filter(pk=exchange_id, status=ExchangeStatus.PARKED).update(
-        status=ExchangeStatus.OPEN, outcome="", claim_token=""
-    ) == 1
+    ).update(status=ExchangeStatus.OPEN, outcome="", claim_token=token) == 1
 
 
 def root_frame(exchange_id: int) -> Frame:
@@ -104,7 +155,7 @@ def save_ledger(exchange_id: int, *, reserved_tokens: int, accounting_incomplete
 
 def mark_parked(exchange_id: int) -> None:
     Exchange.objects.filter(pk=exchange_id).update(status=ExchangeStatus.PARKED, outcome=Outcome.AWAITING_HUMAN,
-                                                   claim_token="")
+                                                   claim_token="", lease_until=None)
 
 
 def mark_broken(exchange_id: int, code: str) -> None:
@@ -133,7 +184,7 @@ def mark_settled(cursor: CursorWrapper, exchange_id: int, *, outcome: str, recei
     """The exchange settles with its receipt; its open frames close with the same outcome."""
     cursor.execute(
         f"UPDATE loop_exchange SET status = %s, outcome = %s, receipt = {json_param()}, claim_token = '', "
-        "settled_at = %s WHERE id = %s",
+        "lease_until = NULL, settled_at = %s WHERE id = %s",
         [ExchangeStatus.SETTLED, outcome, receipt, when(now), exchange_id],
     )
     cursor.execute(

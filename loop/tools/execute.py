@@ -15,6 +15,7 @@ from typing import Any
 from loop.bounds import truncate_output
 from loop.cancellation import CancelToken
 from loop.errors import HumanNeeded, ToolError
+from loop.failpoints import failpoint
 from loop.masking import CredentialTripwire, withhold_credentials
 from loop.models import ToolCallStatus
 from loop.ports import Tool, ToolContext
@@ -40,6 +41,7 @@ def execute_tool(
 
     def target() -> None:
         try:
+            failpoint("loop.inside_tool")
             box["value"] = tool.run(arguments, context)
         except BaseException as exc:  # noqa: BLE001 - every failure becomes a tool result
             box["error"] = exc

@@ -16,6 +16,7 @@ from typing import Any
 from loop.bounds import Bounds
 from loop.cancellation import CancelToken
 from loop.errors import ToolError
+from loop.failpoints import failpoint
 from loop.models import ToolCall, ToolCallStatus
 from loop.ports import Gate, GateCall, GateVerdict, Tool, ToolContext, TurnScope
 from loop.store import ParsedCall, Store
@@ -60,6 +61,7 @@ def _settle(env: RoundEnv, call: ToolCall, outcome: ToolOutcome, result: RoundRe
 def _record(env: RoundEnv, call: ToolCall, outcome: ToolOutcome) -> None:
     env.store.record_result(call, status=outcome.status, content=outcome.content, is_error=outcome.is_error,
                             truncated=outcome.truncated, principal=env.principal, narrative=env.narrative)
+    failpoint("loop.after_tool_result")
 
 
 def journal_upfront(tools: ToolRegistry, names: Sequence[str]) -> int:
@@ -77,6 +79,7 @@ def _prepare(
     """Intent, look-up, gate and validation. Returns the tool when the call may execute now."""
     if call.status != ToolCallStatus.RUNNING:  # the first calls were journaled with the message end
         env.store.record_intent(call, principal=env.principal, narrative=env.narrative)
+    failpoint("loop.after_intent")
     tool = env.tools.get(call.tool)
     if tool is None:
         _record(env, call, ToolOutcome(ToolCallStatus.FAILED, f"tool error (unknown_tool): no tool named "

@@ -19,9 +19,9 @@ from loop.models import Exchange, ExchangeStatus, Outcome, ToolCall, ToolCallSta
 from loop.outcomes import CancelCause, Canceled, outcome_from_receipt
 from skald.core import clock
 from skald.core.errors import Conflict, NotFound
-from skald.core.queue import enqueue_on_commit
 from skald.loop_adapters.runtime import build_env
 from skald.loop_adapters.store import kernel_store
+from skald.loop_adapters.work import work_on_commit
 from skald.models import Case, Run, RunStatus
 from skald.plugins import notify_run_resolved
 from skald.sessions.services import session_stop
@@ -61,7 +61,7 @@ def run_launch(*, user: AbstractBaseUser, case_id: int, ticket: str, launch_key:
                      payload={"case": case.pk, "session": session.pk, "launch_key": key,
                               "ticket_bytes": len(ticket.encode("utf-8"))})
         exchange, _ = admit_exchange(build_env(session), request_key=key, content=ticket, author=f"user:{user.pk}")
-        enqueue_on_commit("skald.tasks.run_kernel_turn", exchange.pk)
+        work_on_commit("skald.tasks.run_kernel_turn", exchange.pk, key=f"drive:e{exchange.pk}")
     return run, True
 
 
@@ -78,6 +78,17 @@ def _status_for(exchange: Exchange) -> tuple[str, str]:
             return RunStatus.HANDOFF, str(handoff.arguments.get("question", ""))
         return RunStatus.AWAITING_HUMAN, ""
     return SETTLED_STATUS.get(exchange.outcome, RunStatus.COMPLETED), ""
+
+
+def runs_out_of_step(limit: int = 100) -> list[int]:
+    """The newest exchange of each unfinished run whose status no longer matches it (a worker died
+    between the exchange's outcome and the run sync): the sweep syncs them."""
+    lagging = []
+    for run in Run.objects.exclude(status__in=TERMINAL).order_by("id")[:limit]:
+        latest = Exchange.objects.filter(session_id=run.session_id).order_by("-number").first()
+        if latest is not None and _status_for(latest)[0] != run.status:
+            lagging.append(latest.pk)
+    return lagging
 
 
 def run_sync_from_exchange(exchange_id: int) -> Run | None:
@@ -146,7 +157,7 @@ def run_handoff_decide(*, user: AbstractBaseUser, run_id: int, decision: str, no
             key=f"handoff:{call.pk}:{decision}", principal=f"user:{user.pk}", exchange_id=call.exchange_id,
         )
         resolution = "answer" if decision == "continue" else "close"
-        enqueue_on_commit("skald.tasks.resolve_pending_call", call.pk, resolution, note[:2000])
+        work_on_commit("skald.tasks.resolve_pending_call", call.pk, resolution, note[:2000], key=f"resolve:c{call.pk}")
     run.refresh_from_db()
     return run
 
@@ -167,7 +178,7 @@ def run_back_refer(*, user: AbstractBaseUser, run_id: int, note: str) -> Run:
         run.status, run.closed_by_human, run.finished_at = RunStatus.RUNNING, False, None
         run.updated_at = clock.now()
         run.save(update_fields=["status", "closed_by_human", "finished_at", "updated_at"])
-        enqueue_on_commit("skald.tasks.run_kernel_turn", exchange.pk)
+        work_on_commit("skald.tasks.run_kernel_turn", exchange.pk, key=f"drive:e{exchange.pk}")
     return run
 
 

@@ -1,4 +1,5 @@
-"""Stopping a parked exchange: its waiting calls are canceled (terminal) and it settles Canceled."""
+"""Stopping an exchange no live driver holds: its unfinished and waiting calls end canceled (with
+their pending approvals) and it settles Canceled, all in one transaction."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from loop.outcomes import Canceled
 from skald.loop_adapters.store import kernel_store
 from skald.plugins import notify_calls_cancelled
 
+UNSETTLED = (ToolCallStatus.PLANNED, ToolCallStatus.RUNNING, ToolCallStatus.APPROVED, ToolCallStatus.AWAITING_HUMAN)
 
-def cancel_parked(exchange: Exchange, *, principal: str) -> None:
+
+def stop_unheld(exchange: Exchange, *, principal: str) -> None:
+    """The caller holds the exchange's claim (no worker drives it)."""
     store = kernel_store()
     with transaction.atomic():
-        waiting = store.calls_in(exchange.pk, ToolCallStatus.AWAITING_HUMAN)
-        notify_calls_cancelled([call.pk for call in waiting], principal)  # their pending approvals end with them
-        store.cancel_calls(waiting, reason="stop requested", principal=principal)
+        waiting = store.calls_in(exchange.pk, *UNSETTLED)
+        store.cancel_calls(waiting, reason="stop requested", principal=principal, then=notify_calls_cancelled)
         store.settle(exchange, Canceled("stop requested"), principal=principal)

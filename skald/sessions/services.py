@@ -10,17 +10,17 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from loop.driver import InputRefused, admit_exchange
-from loop.errors import AdmissionRefused, HarnessError, HookError
+from loop.errors import AdmissionRefused, HarnessError, HookError, PayloadTooLarge
 from loop.models import Exchange, ExchangeStatus, Session
 from loop.recovery import repair_dangling
 from skald.core import clock
 from skald.core.errors import Conflict, SkaldError
 from skald.core.ids import new_token
-from skald.core.queue import enqueue_on_commit
 from skald.loop_adapters.catalog import AgentRowCatalog
 from skald.loop_adapters.runtime import build_env
 from skald.loop_adapters.store import kernel_store
-from skald.sessions.parked import cancel_parked
+from skald.loop_adapters.work import work_on_commit
+from skald.sessions.parked import stop_unheld
 
 DEFAULT_AGENT = "troubleshooter"
 MAX_MESSAGE_BYTES = 64 * 1024
@@ -49,6 +49,8 @@ def session_message_submit(
         raise SkaldError("content must not be empty", code="message_invalid", http_status=400)
     if len(content.encode("utf-8")) > MAX_MESSAGE_BYTES:
         raise SkaldError(f"content is over {MAX_MESSAGE_BYTES} bytes", code="message_too_large", http_status=400)
+    too_large = SkaldError(f"the stored message would be over the {MAX_MESSAGE_BYTES}-byte payload cap",
+                           code="message_too_large", http_status=400)
     env = build_env(session)
     repair_stale_exchange(session=session)
     key = request_key or new_token()
@@ -61,8 +63,10 @@ def session_message_submit(
             raise SkaldError(str(exc), code=exc.code, http_status=403) from None
         except AdmissionRefused as exc:
             raise Conflict(str(exc), code=exc.code) from None
+        except PayloadTooLarge:  # the row as stored (JSON, the author) is bigger than the text
+            raise too_large from None
         if not replayed:
-            enqueue_on_commit("skald.tasks.run_kernel_turn", exchange.pk)
+            work_on_commit("skald.tasks.run_kernel_turn", exchange.pk, key=f"drive:e{exchange.pk}")
     return exchange, replayed
 
 
@@ -96,14 +100,31 @@ def repair_stale_exchange(*, session: Session) -> Exchange | None:
 
 
 def session_stop(*, user: AbstractBaseUser, session: Session) -> Exchange | None:
-    """Request a stop of the session's active exchange; the worker sees it within a second."""
-    active = Exchange.objects.filter(session=session, status__in=[ExchangeStatus.OPEN, ExchangeStatus.PARKED]).first()
+    """Stop the session's active exchange. A live driver (a worker, a resolver carrying out an
+    answer) sees the stop within its poll interval and settles once its calls have; an exchange no
+    live driver holds (parked, not yet picked up, or its worker died) is settled Canceled here, in
+    one transaction with its waiting calls and their pending approvals."""
+    store = kernel_store()
+    active = store.active_exchange(session.pk)
     if active is None:
         return None
-    kernel_store().request_cancel(active.pk, principal=f"user:{user.pk}")
-    active.refresh_from_db()  # the worker may have parked it meanwhile: then nobody drives it
-    if active.status == ExchangeStatus.PARKED:
-        # Nobody drives a parked exchange: settle it as canceled here.
-        cancel_parked(active, principal=f"user:{user.pk}")
-    active.refresh_from_db()
-    return active
+    principal = f"user:{user.pk}"
+    store.request_cancel(active.pk, principal=principal)
+    with transaction.atomic():
+        if store.claim_for_recovery(active.pk, new_token(), principal=principal, reason="stop"):
+            stop_unheld(store.exchange(active.pk), principal=principal)
+    return store.exchange(active.pk)
+
+
+def session_wake(*, session: Session) -> bool:
+    """A viewer connected (or an async result arrived): if the session's active exchange has no
+    live driver, schedule ``recover_turn`` so it continues without anyone sending a message.
+    Returns whether it scheduled one."""
+    store = kernel_store()
+    active = store.active_exchange(session.pk)
+    if active is None or not store.stranded(active.pk, unclaimed_for=settings.SKALD_LEASE_SECONDS):
+        return False
+    with transaction.atomic():
+        work_on_commit("skald.tasks.recover_turn", session.pk, key=f"recover:e{active.pk}:{new_token()[:12]}")
+    return True
+

@@ -258,3 +258,37 @@ def test_run_turns_always_mints_a_new_exchange(make_env):
     first = run_turns(make_env(provider), content="same words")
     second = run_turns(make_env(provider), content="same words")
     assert first.exchange_id != second.exchange_id and len(provider.calls) == 2
+
+
+def test_a_driver_renews_its_lease_while_a_long_tool_runs(make_env, session, audit, bus, clock):
+    from loop.store import Store
+    from tests.loop.conftest import TEST_TOOLS
+
+    held = Held()
+    short = Store(audit=audit, clock=clock, bus=bus, lease_seconds=0.15)  # renewed every 50 ms
+    tools = ToolRegistry([held_tool(held, "hold", safe=False), *[TEST_TOOLS.get(n) for n in ("echo",)]])
+    env = make_env(LoopbackProvider([tool_turn(("hold", {"n": "a"})), text_turn("ok")]), tools=tools,
+                   cancel_poll_interval=0.01)
+    env.store = short
+    worker, box = in_thread(lambda: run_turns_keyed(env, request_key="k", content="x", claim_token="me"))
+    assert held.entered.wait(10)
+    first = Exchange.objects.get(session=session).lease_until
+    renewed = threading.Event()
+
+    def watch() -> None:
+        try:
+            for _ in range(500):
+                if Exchange.objects.get(session=session).lease_until != first:
+                    renewed.set()
+                    return
+                threading.Event().wait(0.01)
+        finally:
+            connection.close()
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    watcher.join(15)
+    short.request_cancel(Exchange.objects.get(session=session).pk, principal="user:1")
+    worker.join(15)
+    assert renewed.is_set()  # the claim stayed alive while the tool ran
+    assert isinstance(box["r"].outcome, Canceled)

@@ -218,3 +218,36 @@ def test_the_clock_and_bus_are_the_injected_ones(session, alice):
     exchange = admit(store, session).exchange
     assert exchange.created_at <= clock.current
     assert bus.wakes == [(session.pk, 1)]
+
+
+def test_work_is_recorded_with_its_need_and_handed_out_until_done(store, session, clock):
+    from django.db import transaction
+
+    with transaction.atomic():
+        first = store.work.add(key="drive:e1", task="skald.tasks.run_kernel_turn", args=[1])
+        again = store.work.add(key="drive:e1", task="skald.tasks.run_kernel_turn", args=[1])
+    assert again.pk == first.pk  # the same need is one row
+    assert store.work.due() == [first.pk]
+    taken = store.work.take(first.pk, lease_seconds=30)
+    assert taken is not None and taken.attempts == 1
+    assert store.work.take(first.pk, lease_seconds=30) is None  # held for the lease
+    assert store.work.due() == []
+    clock.advance(31)  # its taker died: it falls due again
+    assert store.work.due() == [first.pk]
+    assert store.work.done("drive:e1")
+    assert store.work.due() == [] and store.work.take(first.pk, lease_seconds=30) is None
+
+
+def test_work_outside_a_transaction_is_refused(store):
+    with pytest.raises(AssertionError):
+        store.work.add(key="k", task="t", args=[])
+
+
+def test_a_lapsed_lease_strands_an_exchange_until_someone_claims_it(store, session, clock):
+    exchange = admit(store, session, claim="worker-a").exchange
+    assert store.needing_recovery(unclaimed_for=30) == []
+    clock.advance(31)
+    assert store.needing_recovery(unclaimed_for=30) == [exchange.pk]
+    assert store.stranded(exchange.pk, unclaimed_for=30)
+    assert store.claim_for_recovery(exchange.pk, "rescuer", principal=PRINCIPAL)
+    assert store.needing_recovery(unclaimed_for=30) == []

@@ -1,0 +1,61 @@
+"""Admission (SPEC L4): a request becomes an exchange idempotently, after tripwires and the start
+policy. Admission and driving are separate so the web process admits and a worker drives."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from loop.env import LoopEnv
+from loop.errors import HarnessError, HookError
+from loop.failpoints import failpoint
+from loop.hooks import HookContext, HookPoint
+from loop.masking import find_tripwires
+from loop.models import Exchange
+
+
+class InputRefused(HarnessError):
+    code = "credential_tripwire"
+
+
+def run_hook(env: LoopEnv, point: HookPoint, exchange_id: int | None, detail: Mapping[str, Any]) -> None:
+    verdict = env.hooks.run(
+        point,
+        HookContext(point=point, session_id=str(env.scope.session_id),
+                    exchange_id=str(exchange_id) if exchange_id else None, agent=env.agent.name, detail=detail),
+    )
+    if not verdict.allowed:
+        raise HookError(f"{point.value} denied: {verdict.reason}", code="hook_denied")
+
+
+def admit_exchange(
+    env: LoopEnv, *, request_key: str, content: str, author: str = "", claim_token: str = ""
+) -> tuple[Exchange, bool]:
+    """Idempotent admission (SPEC L4): ``loop.before_start`` policy, tripwires, then the stored row.
+
+    Returns ``(exchange, replayed)``; a replayed exchange wrote nothing.
+
+    Raises:
+        InputRefused: the content matches credential markers (nothing stored).
+        HookError: the start policy denied it.
+        AdmissionRefused: another exchange of the session is still active.
+    """
+    if env.hooks.configured(HookPoint.BEFORE_START):
+        # An exact retry is answered before the policy runs: it admits nothing. Without a policy
+        # the store's own admission answers it, in the same query that checks the session.
+        existing = env.store.find_exchange(env.scope.session_id, request_key)
+        if existing is not None:
+            return existing, True
+    markers = find_tripwires(content)
+    if markers:
+        raise InputRefused(f"the message matches credential markers ({', '.join(markers)}); it was not stored")
+    run_hook(env, HookPoint.BEFORE_START, None, {"request_key": request_key})
+    admission = env.store.admit(
+        session_id=env.scope.session_id, request_key=request_key, content=content, principal=env.principal,
+        config={"bounds": env.bounds.as_dict(), "agent": env.agent.name, "provider": env.provider.name,
+                "budget_tokens": env.bounds.budget_tokens},
+        author=author, claim_token=claim_token,
+    )
+    if not admission.replayed:
+        failpoint("loop.after_admission")
+    return admission.exchange, admission.replayed

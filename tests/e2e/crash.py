@@ -1,0 +1,177 @@
+"""Crash injection (SPEC R1-R2 proof): kill a worker at each failpoint, restart it, check invariants.
+
+Each run gets a fresh database (a copy of a migrated template: a SQLite file, or a PostgreSQL
+``CREATE DATABASE … TEMPLATE``). A worker process (``tests.e2e.crash_worker``) drives a turn with
+``SKALD_FAILPOINTS`` naming one point and dies there by SIGKILL; a second worker process — the
+restart — waits for the lease to lapse, recovers and reports. ``make crash`` runs every point N
+times (``python -m tests.e2e.crash --runs 20``) and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+LEASE_SECONDS = 1
+SETTLE_WITHIN = LEASE_SECONDS + 10
+TURN_POINTS = ("loop.after_admission", "loop.after_claim", "loop.before_message_end", "loop.after_message_end",
+               "loop.after_intent", "loop.inside_tool", "loop.after_tool_result", "loop.before_settle",
+               "loop.after_settle")
+APPROVAL_POINTS = ("approvals.after_take", "loop.after_intent", "loop.inside_tool", "loop.after_tool_result",
+                   "loop.before_settle", "loop.after_settle")
+CASES: tuple[tuple[str, str], ...] = (tuple(("turn", p) for p in TURN_POINTS)
+                                      + tuple(("approval", p) for p in APPROVAL_POINTS))
+_SCRUBBED = ("SKALD_", "DATABASE_URL", "REDIS_URL", "BRAIN_")
+
+
+@dataclass(frozen=True)
+class Database:
+    """Where the runs' databases come from: ``sqlite`` or a PostgreSQL server URL."""
+
+    kind: str
+    template: str  # a migrated SQLite file, or a template database name
+    server_url: str = ""
+
+    def env_for(self, name: str) -> dict[str, str]:
+        if self.kind == "sqlite":
+            return {"SKALD_SQLITE_PATH": name}
+        return {"DATABASE_URL": _with_dbname(self.server_url, name)}
+
+
+def _with_dbname(url: str, name: str) -> str:
+    head, _, _old = url.rpartition("/")
+    return f"{head}/{name}"
+
+
+def _env(workdir: Path, extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUBBED)}
+    env.update(DJANGO_SETTINGS_MODULE="skald.settings", SKALD_VAR_DIR=str(workdir / "var"), SKALD_DEBUG="0",
+               SKALD_LOG_LEVEL="WARNING", SKALD_LEASE_SECONDS=str(LEASE_SECONDS), PYTHONUNBUFFERED="1")
+    env.update(extra)
+    return env
+
+
+def _child(role: str, workdir: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tests.e2e.crash_worker", role, str(workdir)], cwd=BASE_DIR,
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def _pg_admin(url: str, *statements: str) -> None:
+    import psycopg
+
+    with psycopg.connect(_with_dbname(url, "postgres").replace("postgres://", "postgresql://", 1),
+                         autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)  # type: ignore[arg-type]
+
+
+@contextmanager
+def database(kind: str, server_url: str = "") -> Iterator[Database]:
+    """A migrated template for the runs, removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="skald-crash-tpl-") as tmp:
+        workdir = Path(tmp)
+        if kind == "sqlite":
+            template = str(workdir / "template.sqlite3")
+            done = _child("migrate", workdir, _env(workdir, {"SKALD_SQLITE_PATH": template}))
+            assert done.returncode == 0, done.stderr[-3000:]
+            yield Database("sqlite", template)
+            return
+        name = f"skald_crash_tpl_{os.getpid()}"
+        _pg_admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
+        try:
+            done = _child("migrate", workdir, _env(workdir, {"DATABASE_URL": _with_dbname(server_url, name)}))
+            assert done.returncode == 0, done.stderr[-3000:]
+            yield Database("postgresql", name, server_url)
+        finally:
+            _pg_admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def crash_once(db: Database, scenario: str, point: str, number: int = 0) -> dict[str, Any]:
+    """One run: crash at ``point`` during ``scenario``, restart, recover; the report's invariants."""
+    with tempfile.TemporaryDirectory(prefix="skald-crash-") as tmp:
+        workdir = Path(tmp)
+        (workdir / "fired").mkdir()
+        if db.kind == "sqlite":
+            name = str(workdir / "run.sqlite3")
+            shutil.copyfile(db.template, name)
+        else:
+            name = f"skald_crash_{os.getpid()}_{number}"
+            _pg_admin(db.server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
+                      f'CREATE DATABASE "{name}" TEMPLATE "{db.template}"')
+        try:
+            plain = _env(workdir, db.env_for(name))
+            crashing = dict(plain, SKALD_FAILPOINTS=point, SKALD_FAILPOINTS_ONCE=str(workdir / "fired"))
+            if scenario == "turn":
+                worker = _child("turn", workdir, crashing)
+            else:
+                parked = _child("park", workdir, plain)
+                assert parked.returncode == 0, parked.stderr[-3000:]
+                worker = _child("approve", workdir, crashing)
+            recovered = _child("recover", workdir, plain)
+            assert recovered.returncode == 0, recovered.stderr[-3000:]
+            report: dict[str, Any] = json.loads(recovered.stdout.strip().splitlines()[-1])
+        finally:
+            if db.kind == "postgresql":
+                _pg_admin(db.server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        report.update(point=point, scenario=scenario, died=worker.returncode == -signal.SIGKILL,
+                      worker_stderr=worker.stderr[-2000:] if worker.returncode not in (0, -signal.SIGKILL) else "")
+        return report
+
+
+def violations(report: dict[str, Any]) -> list[str]:
+    """The invariants a run must keep; each broken one in words."""
+    broken = []
+    if not report["died"]:
+        broken.append(f"the worker did not die at {report['point']} {report['worker_stderr']}")
+    if not report["settled_or_parked"] or report["seconds"] > SETTLE_WITHIN:
+        broken.append(f"not settled within {SETTLE_WITHIN} s: {report['exchanges']} after {report['seconds']} s")
+    if not report["seq_dense"] or report["findings"] or not report["chain_ok"]:
+        broken.append(f"lost or broken rows: dense={report['seq_dense']} chain={report['chain_ok']} "
+                      f"findings={report['findings']}")
+    if report["duplicated"]:
+        broken.append(f"an effect ran twice: {report['effects']}")
+    if report["unapproved"]:
+        broken.append(f"{report['unapproved']} effect(s) ran without their approval")
+    return broken
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make crash", description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=int(os.environ.get("N", "20")))
+    parser.add_argument("--postgres", default=os.environ.get("CRASH_POSTGRES_URL", ""),
+                        help="a PostgreSQL server URL (postgres://user@host:port/any): also run there")
+    args = parser.parse_args(argv)
+    kinds = [("sqlite", "")] + ([("postgresql", args.postgres)] if args.postgres else [])
+    failed = False
+    for kind, url in kinds:
+        print(f"\n{kind}: {args.runs} runs per failpoint, lease {LEASE_SECONDS} s, settle within {SETTLE_WITHIN} s")
+        print(f"{'scenario':9} {'failpoint':26} {'runs':>4} {'settled':>7} {'lost':>4} {'dup':>4} {'unappr':>6} "
+              f"{'max s':>6}")
+        with database(kind, url) as db:
+            for scenario, point in CASES:
+                rows = [crash_once(db, scenario, point, n) for n in range(args.runs)]
+                settled = sum(1 for r in rows if r["settled_or_parked"] and r["seconds"] <= SETTLE_WITHIN)
+                lost = sum(1 for r in rows if not r["seq_dense"] or r["findings"] or not r["chain_ok"])
+                dup = sum(r["duplicated"] for r in rows)
+                unapproved = sum(r["unapproved"] for r in rows)
+                slowest = max(r["seconds"] for r in rows)
+                failed |= any(violations(r) for r in rows)
+                print(f"{scenario:9} {point:26} {len(rows):4} {settled:7} {lost:4} {dup:4} {unapproved:6} "
+                      f"{slowest:6.2f}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
