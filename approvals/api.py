@@ -122,7 +122,7 @@ class ExplainView(APIView):
             OpenApiParameter("user", OpenApiTypes.STR, description="Username or user id."),
             OpenApiParameter("agent", OpenApiTypes.STR, description="Agent name."),
         ],
-        responses={200: ExplainSerializer, **error_responses(**{"400": ("invalid",)})},
+        responses={200: ExplainSerializer, **error_responses(_400="invalid")},
     )
     def get(self, request: Request) -> Response:
         query = ExplainQuery(data=request.query_params)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -16,6 +16,7 @@ from approvals.models import ApprovalStatus, PendingApproval
 from approvals.services import pending_approval_resolve
 from skald.core.api.errors_schema import error_responses
 from skald.core.api.permissions import caller, roles
+from skald.core.api.schema import MAX_ID
 from skald.core.roles import Role
 
 RESOLVE_ERRORS = error_responses(
@@ -43,6 +44,23 @@ class ApprovalSerializer(serializers.ModelSerializer):
         return obj.resolved_by.get_username() if obj.resolved_by else None
 
 
+class BatchResolutionSerializer(serializers.Serializer):
+    """What a resolve answers: the continuation is scheduled; the approvals as they now stand."""
+
+    continuation = serializers.ChoiceField(choices=["scheduled"])
+    approvals = ApprovalSerializer(many=True)
+
+
+class ResolutionSerializer(ApprovalSerializer):
+    """A single resolve: the approval's own fields, plus the batch-shaped ``continuation`` and ``approvals``."""
+
+    continuation = serializers.ChoiceField(choices=["scheduled"])
+    approvals = ApprovalSerializer(many=True)
+
+    class Meta(ApprovalSerializer.Meta):
+        fields = [*ApprovalSerializer.Meta.fields, "continuation", "approvals"]
+
+
 class ResolveSerializer(serializers.Serializer):
     decision = serializers.ChoiceField(choices=["approve", "reject"])
     reason = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
@@ -56,18 +74,23 @@ def _accepted(approvals: list[PendingApproval]) -> Response:
     return Response(body, status=status.HTTP_202_ACCEPTED)
 
 
+class ApprovalListQuery(serializers.Serializer):
+    status = serializers.ChoiceField(choices=ApprovalStatus.values, required=False)
+    session = serializers.IntegerField(required=False, min_value=0, max_value=MAX_ID,
+                                       help_text="Only this session's approvals.")
+
+
 class ApprovalList(APIView):
     permission_classes = [roles(Role.APPROVER, Role.OPERATOR)]
 
-    @extend_schema(parameters=[OpenApiParameter("status", str, enum=ApprovalStatus.values),
-                               OpenApiParameter("session", int)],
-                   responses={200: ApprovalSerializer(many=True), **error_responses()})
+    @extend_schema(operation_id="approval_list", summary="List approvals (newest 200), e.g. the pending queue",
+                   parameters=[ApprovalListQuery],
+                   responses={200: ApprovalSerializer(many=True), **error_responses(_400="invalid")})
     def get(self, request: Request) -> Response:
-        session = request.query_params.get("session")
-        items = selectors_pending.approvals_list(
-            status=request.query_params.get("status"),
-            session_id=int(session) if session and session.isdigit() else None,
-        )[:200]
+        query = ApprovalListQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        items = selectors_pending.approvals_list(status=query.validated_data.get("status"),
+                                                 session_id=query.validated_data.get("session"))[:200]
         return Response(ApprovalSerializer(items, many=True).data)
 
 
@@ -80,7 +103,8 @@ def _resolve_one(request: Request, **lookup: Any) -> Response:
 class ApprovalResolve(APIView):
     permission_classes = [roles(Role.APPROVER)]
 
-    @extend_schema(request=ResolveSerializer, responses={202: ApprovalSerializer, **RESOLVE_ERRORS})
+    @extend_schema(operation_id="approval_resolve", summary="Approve or reject a pending call by request id",
+                   request=ResolveSerializer, responses={202: ResolutionSerializer, **RESOLVE_ERRORS})
     def post(self, request: Request, request_id: str) -> Response:
         return _resolve_one(request, request_id=request_id)
 
@@ -90,7 +114,9 @@ class ToolCallResolve(APIView):
 
     permission_classes = [roles(Role.APPROVER)]
 
-    @extend_schema(request=ResolveSerializer, responses={202: ApprovalSerializer, **RESOLVE_ERRORS})
+    @extend_schema(operation_id="approval_resolve_by_tool_call",
+                   summary="Approve or reject a pending call by its tool-call id",
+                   request=ResolveSerializer, responses={202: ResolutionSerializer, **RESOLVE_ERRORS})
     def post(self, request: Request, tool_call_id: int) -> Response:
         return _resolve_one(request, tool_call_id=tool_call_id)
 
@@ -100,7 +126,8 @@ class BatchResolve(APIView):
 
     permission_classes = [roles(Role.APPROVER)]
 
-    @extend_schema(request=ResolveSerializer, responses={202: ApprovalSerializer(many=True), **RESOLVE_ERRORS})
+    @extend_schema(operation_id="approval_batch_resolve", summary="Approve or reject every pending call of a batch",
+                   request=ResolveSerializer, responses={202: BatchResolutionSerializer, **RESOLVE_ERRORS})
     def post(self, request: Request, session_id: int, batch: str) -> Response:
         body = ResolveSerializer(data=request.data)
         body.is_valid(raise_exception=True)

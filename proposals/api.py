@@ -86,7 +86,8 @@ class ProposalList(ListAPIView):
     def get_queryset(self) -> Any:
         return selectors.proposals_list(status=self.request.query_params.get("status") or None)
 
-    @extend_schema(parameters=[OpenApiParameter("status", str, enum=ProposalStatus.values)],
+    @extend_schema(operation_id="proposal_list", summary="The review queue, oldest first (limit/offset pages)",
+                   parameters=[OpenApiParameter("status", str, enum=ProposalStatus.values)],
                    responses={200: ProposalSerializer(many=True), **error_responses(_400="invalid")})
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().get(request, *args, **kwargs)
@@ -95,7 +96,8 @@ class ProposalList(ListAPIView):
 class ProposalDetail(APIView):
     permission_classes = [READERS]
 
-    @extend_schema(responses={200: ProposalDetailSerializer, **error_responses(_404="proposal_not_found")})
+    @extend_schema(operation_id="proposal_get", summary="Get a proposal with its evidence and consequence",
+                   responses={200: ProposalDetailSerializer, **error_responses(_404="proposal_not_found")})
     def get(self, request: Request, proposal_id: int) -> Response:
         return _detail(proposal_id)
 
@@ -103,7 +105,8 @@ class ProposalDetail(APIView):
 class ProposalAccept(APIView):
     permission_classes = [REVIEWERS]
 
-    @extend_schema(request=AcceptSerializer, responses={200: ProposalDetailSerializer, **DISPOSE_ERRORS})
+    @extend_schema(operation_id="proposal_accept", summary="Accept a proposal (optionally edited) as knowledge",
+                   request=AcceptSerializer, responses={200: ProposalDetailSerializer, **DISPOSE_ERRORS})
     def post(self, request: Request, proposal_id: int) -> Response:
         body = AcceptSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -114,7 +117,8 @@ class ProposalAccept(APIView):
 class ProposalReject(APIView):
     permission_classes = [REVIEWERS]
 
-    @extend_schema(request=RejectSerializer, responses={200: ProposalDetailSerializer, **DISPOSE_ERRORS})
+    @extend_schema(operation_id="proposal_reject", summary="Reject a proposal with a reason",
+                   request=RejectSerializer, responses={200: ProposalDetailSerializer, **DISPOSE_ERRORS})
     def post(self, request: Request, proposal_id: int) -> Response:
         body = RejectSerializer(data=request.data)
         body.is_valid(raise_exception=True)

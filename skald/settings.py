@@ -40,6 +40,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework_simplejwt",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI and Redoc served from the project: the docs work offline
     "django_filters",
     "channels",
     "django_q",
@@ -148,7 +149,12 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # Request bodies are JSON only: a form or multipart body is a 415 with the error body, and the
+    # schema declares application/json alone (generated clients then send JSON).
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
+    "DEFAULT_SCHEMA_CLASS": "skald.core.api.schema.SkaldAutoSchema",
     "EXCEPTION_HANDLER": "skald.core.api.exceptions.exception_handler",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
@@ -160,13 +166,40 @@ SIMPLE_JWT = {
     "REFRESH_TOKEN_LIFETIME": timedelta(days=1),
     "AUTH_HEADER_TYPES": ("Bearer",),
 }
+SPECTACULAR_DESCRIPTION = """Governed, durable LLM agent loops.
+
+**How to authenticate.** `POST /api/auth/token/` with `{"username", "password"}` as JSON returns an
+`access` and a `refresh` token. Send `Authorization: Bearer <access>` on every call; when the access
+token expires (401 `token_not_valid`), `POST /api/auth/token/refresh/` with `{"refresh"}` for a new
+one. In Swagger UI, press *Authorize* and paste the access token. What a caller may do follows its
+roles (operator, approver, reviewer, auditor, workflow).
+
+**Conventions.** Request and response bodies are JSON (`application/json`; any other request
+content type is a 415). Every error body is `{"code", "message", "extra"}` with a stable `code`;
+each operation lists its codes per status. See `docs/calling-skald.md` in the repository.
+"""
 SPECTACULAR_SETTINGS = {
     "TITLE": "Skald API",
-    "DESCRIPTION": "Governed, durable LLM agent loops. Every error body is {code, message, extra}.",
+    "DESCRIPTION": SPECTACULAR_DESCRIPTION,
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    # No call to the public validator service: the docs page loads nothing from outside the project.
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None, "persistAuthorization": True},
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "TAGS": [
+        {"name": "auth", "description": "JWT obtain and refresh."},
+        {"name": "sessions", "description": "Conversations with an agent: messages, exchanges, events."},
+        {"name": "cases", "description": "Cases that GDL runs troubleshoot."},
+        {"name": "runs", "description": "GDL runs: launch, follow, stop, human seams, replay-verify."},
+        {"name": "approvals", "description": "Pending approvals, rule explain, the gateable tools."},
+        {"name": "proposals", "description": "The review queue: proposals and their disposal."},
+        {"name": "audit", "description": "The hash-chained audit log."},
+        {"name": "inspect", "description": "The assembled services of an agent, for operators and auditors."},
+    ],
     # Several components share field names ("status", "decision") over different choice sets.
     "ENUM_NAME_OVERRIDES": {
         "GateActionEnum": ["allow", "require", "deny"],

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.urls import URLPattern, URLResolver, include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
-from rest_framework_simplejwt.views import TokenObtainPairView, TokenRefreshView
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from skald import views
+from skald.api.auth import TokenObtain, TokenRefresh
 from skald.console import console
 
 api_patterns: list[URLPattern | URLResolver] = [
-    path("auth/token/", TokenObtainPairView.as_view(), name="token_obtain_pair"),
-    path("auth/token/refresh/", TokenRefreshView.as_view(), name="token_refresh"),
+    path("auth/token/", TokenObtain.as_view(), name="token_obtain_pair"),
+    path("auth/token/refresh/", TokenRefresh.as_view(), name="token_refresh"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("redoc/", SpectacularRedocView.as_view(url_name="schema", template_name="skald/redoc.html"), name="redoc"),
     path("", include("skald.api.urls")),
 ]
 

@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 from django.db import transaction
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from audit.actors import Actor
-from skald.api.sessions import EventSerializer, events_page
+from skald.api.sessions import EventPageQuery, EventPageSerializer, events_page
 from skald.cases import runs as run_services
 from skald.cases import selectors
 from skald.cases.services import case_create, case_update
 from skald.core.api.errors_schema import error_responses
 from skald.core.api.permissions import caller, read_or_write, roles
+from skald.core.api.schema import MAX_ID
 from skald.core.roles import Role
-from skald.models import Case, CaseLog, Run
+from skald.models import Case, CaseLog, Run, RunStatus
 
 ANY_ROLE = roles(Role.OPERATOR, Role.APPROVER, Role.REVIEWER, Role.AUDITOR, Role.WORKFLOW)
 OPERATORS_WRITE = read_or_write(read=ANY_ROLE, write=roles(Role.OPERATOR))
@@ -66,11 +67,13 @@ class RunSerializer(serializers.ModelSerializer):
 class CaseListCreate(APIView):
     permission_classes = [OPERATORS_WRITE]
 
-    @extend_schema(responses={200: CaseSerializer(many=True), **error_responses()})
+    @extend_schema(operation_id="case_list", summary="List cases (newest 200)",
+                   responses={200: CaseSerializer(many=True), **error_responses()})
     def get(self, request: Request) -> Response:
         return Response(CaseSerializer(selectors.cases_list()[:200], many=True).data)
 
-    @extend_schema(request=CaseInput, responses={201: CaseSerializer, **error_responses(_400="invalid")})
+    @extend_schema(operation_id="case_create", summary="Open a case with its logs",
+                   request=CaseInput, responses={201: CaseSerializer, **error_responses(_400="invalid")})
     def post(self, request: Request) -> Response:
         body = CaseInput(data=request.data)
         body.is_valid(raise_exception=True)
@@ -84,11 +87,13 @@ class CaseListCreate(APIView):
 class CaseDetail(APIView):
     permission_classes = [OPERATORS_WRITE]
 
-    @extend_schema(responses={200: CaseSerializer, **error_responses(_404="case_not_found")})
+    @extend_schema(operation_id="case_get", summary="Get a case with its logs",
+                   responses={200: CaseSerializer, **error_responses(_404="case_not_found")})
     def get(self, request: Request, case_id: int) -> Response:
         return Response(CaseSerializer(selectors.case_get(case_id=case_id)).data)
 
-    @extend_schema(request=CaseUpdateInput,
+    @extend_schema(operation_id="case_update", summary="Change a case's title, description or status",
+                   request=CaseUpdateInput,
                    responses={200: CaseSerializer, **error_responses(_400="invalid", _404="case_not_found")})
     def patch(self, request: Request, case_id: int) -> Response:
         case = selectors.case_get(case_id=case_id)
@@ -98,24 +103,33 @@ class CaseDetail(APIView):
         return Response(CaseSerializer(selectors.case_get(case_id=case_id)).data)
 
 
+class RunListQuery(serializers.Serializer):
+    status = serializers.ChoiceField(choices=RunStatus.values, required=False, help_text="Only runs in this status.")
+    case = serializers.IntegerField(required=False, min_value=0, max_value=MAX_ID, help_text="Only runs of this case.")
+
+
 class RunList(APIView):
     permission_classes = [ANY_ROLE]
 
-    @extend_schema(parameters=[OpenApiParameter("status", str), OpenApiParameter("case", int)],
-                   responses={200: RunSerializer(many=True), **error_responses()})
+    @extend_schema(operation_id="run_list", summary="List the runs you may see (newest 200)",
+                   parameters=[RunListQuery],
+                   responses={200: RunSerializer(many=True), **error_responses(_400="invalid")})
     def get(self, request: Request) -> Response:
+        query = RunListQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
         runs = selectors.runs_visible_to(caller(request))
-        if request.query_params.get("status"):
-            runs = runs.filter(status=request.query_params["status"])
-        if request.query_params.get("case", "").isdigit():
-            runs = runs.filter(case_id=int(request.query_params["case"]))
+        if "status" in query.validated_data:
+            runs = runs.filter(status=query.validated_data["status"])
+        if "case" in query.validated_data:
+            runs = runs.filter(case_id=query.validated_data["case"])
         return Response(RunSerializer(runs.order_by("-id")[:200], many=True).data)
 
 
 class RunDetail(APIView):
     permission_classes = [ANY_ROLE]
 
-    @extend_schema(responses={200: RunSerializer, **error_responses(_404="run_not_found")})
+    @extend_schema(operation_id="run_get", summary="Get a run: status, outcome, receipt",
+                   responses={200: RunSerializer, **error_responses(_404="run_not_found")})
     def get(self, request: Request, run_id: int) -> Response:
         return Response(RunSerializer(selectors.run_get(user=caller(request), run_id=run_id)).data)
 
@@ -123,8 +137,9 @@ class RunDetail(APIView):
 class RunEvents(APIView):
     permission_classes = [ANY_ROLE]
 
-    @extend_schema(parameters=[OpenApiParameter("after", int), OpenApiParameter("limit", int)],
-                   responses={200: EventSerializer(many=True), **error_responses(_404="run_not_found")})
+    @extend_schema(operation_id="run_events_list", summary="Page through a run's session events",
+                   parameters=[EventPageQuery],
+                   responses={200: EventPageSerializer, **error_responses(_400="invalid", _404="run_not_found")})
     def get(self, request: Request, run_id: int) -> Response:
         run = selectors.run_get(user=caller(request), run_id=run_id)
         return Response(events_page(request, run.session))
@@ -133,7 +148,8 @@ class RunEvents(APIView):
 class RunStop(APIView):
     permission_classes = [roles(Role.OPERATOR)]
 
-    @extend_schema(request=None, responses={202: RunSerializer, **error_responses(_404="run_not_found")})
+    @extend_schema(operation_id="run_stop", summary="Stop a run (its approvals are cancelled)",
+                   request=None, responses={202: RunSerializer, **error_responses(_404="run_not_found")})
     def post(self, request: Request, run_id: int) -> Response:
         run = selectors.run_get(user=caller(request), run_id=run_id)
         with transaction.atomic():

@@ -19,7 +19,8 @@ from skald.loop_adapters.catalog import AgentRowCatalog
 class InspectView(APIView):
     permission_classes = [roles(Role.OPERATOR, Role.AUDITOR)]
 
-    @extend_schema(parameters=[OpenApiParameter("agent", str, description="Default: troubleshooter.")],
+    @extend_schema(operation_id="inspect_agent", summary="The assembled services of an agent (names and scalars)",
+                   parameters=[OpenApiParameter("agent", str, description="Default: troubleshooter.")],
                    responses={200: dict, **error_responses(_404="agent_unknown")})
     def get(self, request: Request) -> Response:
         name = request.query_params.get("agent") or "troubleshooter"

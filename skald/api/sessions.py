@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 from loop.models import Exchange, Session, SessionEvent
 from skald.core.api.errors_schema import error_responses
 from skald.core.api.permissions import caller, roles
+from skald.core.api.schema import MAX_ID
 from skald.core.errors import SkaldError
 from skald.sessions import selectors, services
 
@@ -44,6 +45,23 @@ class EventSerializer(serializers.ModelSerializer):
         fields = ["seq", "kind", "narrative", "exchange", "payload", "created_at"]
 
 
+class EventPageQuery(serializers.Serializer):
+    after = serializers.IntegerField(required=False, default=0, min_value=0, max_value=MAX_ID,
+                                     help_text="Last sequence seen (0 = from the start).")
+    limit = serializers.IntegerField(required=False, default=100, min_value=0, max_value=MAX_ID,
+                                     help_text=f"Page size (default 100, at most {MAX_EVENTS_PAGE}).")
+
+
+class EventPageSerializer(serializers.Serializer):
+    results = EventSerializer(many=True)
+    last_seq = serializers.IntegerField(help_text="Pass it as `after` for the next page.")
+    more = serializers.BooleanField(help_text="More events follow `last_seq`.")
+
+
+class NothingToStopSerializer(serializers.Serializer):
+    stopped = serializers.IntegerField(allow_null=True, help_text="Always null: no exchange was running.")
+
+
 class MessageSerializer(serializers.Serializer):
     # Blank content is the service's refusal (``message_invalid``), not a generic field error.
     content = serializers.CharField(max_length=65536, trim_whitespace=False, allow_blank=True)
@@ -52,12 +70,14 @@ class MessageSerializer(serializers.Serializer):
 class SessionListCreate(APIView):
     permission_classes = [ANY_ROLE]
 
-    @extend_schema(responses={200: SessionSerializer(many=True), **error_responses()})
+    @extend_schema(operation_id="session_list", summary="List the sessions you may see (newest 200)",
+                   responses={200: SessionSerializer(many=True), **error_responses()})
     def get(self, request: Request) -> Response:
         sessions = selectors.sessions_visible_to(caller(request))[:200]
         return Response(SessionSerializer(sessions, many=True).data)
 
-    @extend_schema(request=SessionCreateSerializer,
+    @extend_schema(operation_id="session_create", summary="Open a session with an agent",
+                   request=SessionCreateSerializer,
                    responses={201: SessionSerializer, **error_responses(_400=("invalid", "agent_unknown"))})
     def post(self, request: Request) -> Response:
         body = SessionCreateSerializer(data=request.data)
@@ -70,7 +90,8 @@ class SessionListCreate(APIView):
 class SessionDetail(APIView):
     permission_classes = [ANY_ROLE]
 
-    @extend_schema(responses={200: SessionSerializer, **error_responses(_404="session_not_found")})
+    @extend_schema(operation_id="session_get", summary="Get a session",
+                   responses={200: SessionSerializer, **error_responses(_404="session_not_found")})
     def get(self, request: Request, session_id: int) -> Response:
         return Response(SessionSerializer(selectors.session_get(user=caller(request), session_id=session_id)).data)
 
@@ -79,6 +100,8 @@ class SessionMessages(APIView):
     permission_classes = [ANY_ROLE]
 
     @extend_schema(
+        operation_id="session_message_send",
+        summary="Send a message: admits one exchange (202), driven on a worker",
         request=MessageSerializer,
         parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=False,
                                      description="The exchange's request key: a retry returns the same exchange.")],
@@ -104,7 +127,8 @@ class SessionMessages(APIView):
 class ExchangeDetail(APIView):
     permission_classes = [ANY_ROLE]
 
-    @extend_schema(responses={200: ExchangeSerializer,
+    @extend_schema(operation_id="session_exchange_get", summary="Get an exchange: its status, outcome and receipt",
+                   responses={200: ExchangeSerializer,
                               **error_responses(_404=("session_not_found", "exchange_not_found"))})
     def get(self, request: Request, session_id: int, exchange_id: int) -> Response:
         session = selectors.session_get(user=caller(request), session_id=session_id)
@@ -115,9 +139,10 @@ class SessionEvents(APIView):
     permission_classes = [ANY_ROLE]
 
     @extend_schema(
-        parameters=[OpenApiParameter("after", int, description="Last sequence seen (0 = from the start)."),
-                    OpenApiParameter("limit", int, description=f"Page size, at most {MAX_EVENTS_PAGE}.")],
-        responses={200: EventSerializer(many=True), **error_responses(_400="invalid", _404="session_not_found")},
+        operation_id="session_events_list",
+        summary="Page through a session's stored events",
+        parameters=[EventPageQuery],
+        responses={200: EventPageSerializer, **error_responses(_400="invalid", _404="session_not_found")},
     )
     def get(self, request: Request, session_id: int) -> Response:
         session = selectors.session_get(user=caller(request), session_id=session_id)
@@ -127,7 +152,8 @@ class SessionEvents(APIView):
 class SessionStop(APIView):
     permission_classes = [ANY_ROLE]
 
-    @extend_schema(request=None, responses={202: ExchangeSerializer, 200: None,
+    @extend_schema(operation_id="session_stop", summary="Stop the running exchange, if any",
+                   request=None, responses={202: ExchangeSerializer, 200: NothingToStopSerializer,
                                             **error_responses(_404="session_not_found")})
     def post(self, request: Request, session_id: int) -> Response:
         session = selectors.session_get(user=caller(request), session_id=session_id)
@@ -137,27 +163,14 @@ class SessionStop(APIView):
         return Response(ExchangeSerializer(exchange).data, status=status.HTTP_202_ACCEPTED)
 
 
-
-def int_param(request: Request, name: str, default: int) -> int:
-    """A non-negative integer query parameter; anything else is a validation error."""
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise serializers.ValidationError({name: ["must be an integer"]}) from None
-    if value < 0:
-        raise serializers.ValidationError({name: ["must not be negative"]})
-    return value
-
-
 def events_page(request: Request, session: Session) -> dict[str, Any]:
     """One page of a session's events after ``?after=``: what the session and run routes answer."""
-    after, limit = int_param(request, "after", 0), int_param(request, "limit", 100)
+    query = EventPageQuery(data=request.query_params)
+    query.is_valid(raise_exception=True)
+    after, limit = query.validated_data["after"], query.validated_data["limit"]
     events = selectors.events_after(session=session, after=after, limit=min(max(limit, 1), MAX_EVENTS_PAGE))
-    return {
-        "results": EventSerializer(events, many=True).data,
+    return dict(EventPageSerializer({
+        "results": events,
         "last_seq": events[-1].seq if events else after,
         "more": bool(events) and events[-1].seq < session.last_seq,
-    }
+    }).data)

@@ -79,11 +79,18 @@ class GdlLaunchAPI(APIView):
     permission_classes = [WorkflowCaller]
 
     @extend_schema(
+        operation_id="run_gdl_launch",
+        summary="Launch a GDL run on a case; waits up to 25 s for it to end or park",
+        description="200: the run ended (completed or cancelled). 202: still running or waiting for a human; "
+                    "`Location` names the run. A failed launch answers 503 `gdl_provider_failed` (the provider "
+                    "failed) or 500 `gdl_run_failed`; the same `Idempotency-Key` later answers 409.",
         request=GdlLaunchInput,
-        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=False)],
+        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=False,
+                                     description="The launch key (at most 100 characters): a retry returns "
+                                                 "the same run.")],
         responses={200: RunSerializer, 202: RunSerializer, **error_responses(
             _400=("gdl_request_migrated", "gdl_ticket_invalid", "invalid"), _404="case_not_found",
-            _409="gdl_run_terminal", _503="gdl_provider_failed")},
+            _409="gdl_run_terminal", _500="gdl_run_failed", _503="gdl_provider_failed")},
     )
     def post(self, request: Request, case_id: int) -> Response:
         ticket = parse_ticket(request.data)
@@ -169,7 +176,8 @@ class BackReferralInput(serializers.Serializer):
 class HandoffDecision(APIView):
     permission_classes = [roles(Role.OPERATOR)]
 
-    @extend_schema(request=HandoffDecisionInput, responses={202: RunSerializer, **error_responses(
+    @extend_schema(operation_id="run_handoff_decide", summary="Answer a run's handoff: continue or close",
+                   request=HandoffDecisionInput, responses={202: RunSerializer, **error_responses(
         _400="invalid", _404="run_not_found", _409="run_state_conflict")})
     def post(self, request: Request, run_id: int) -> Response:
         body = HandoffDecisionInput(data=request.data)
@@ -181,7 +189,8 @@ class HandoffDecision(APIView):
 class BackReferral(APIView):
     permission_classes = [roles(Role.OPERATOR)]
 
-    @extend_schema(request=BackReferralInput, responses={202: RunSerializer, **error_responses(
+    @extend_schema(operation_id="run_back_referral_return", summary="Return a back-referral to the run with a note",
+                   request=BackReferralInput, responses={202: RunSerializer, **error_responses(
         _400="invalid", _404="run_not_found", _409="run_state_conflict")})
     def post(self, request: Request, run_id: int) -> Response:
         body = BackReferralInput(data=request.data)

@@ -62,16 +62,22 @@ def artifacts() -> Path:
     return ARTIFACTS
 
 
-@pytest.fixture
-def chromium(tmp_path: Path) -> Iterator[webdriver.Chrome]:
+def chromium_options(profile: Path, *extra_flags: str) -> webdriver.ChromeOptions:
+    """Headless Chromium with a throw-away profile; ``extra_flags`` for a test's own needs."""
     _require_chromium()
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--no-first-run", "--disable-quic", "--window-size=1280,1000",
-                 f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+                 "--no-first-run", "--disable-quic", "--window-size=1280,1000", f"--user-data-dir={profile}",
+                 *extra_flags):
         options.add_argument(flag)
+    return options
+
+
+@pytest.fixture
+def chromium(tmp_path: Path) -> Iterator[webdriver.Chrome]:
+    options = chromium_options(tmp_path / "chromium-profile")
     driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
     driver.set_page_load_timeout(30)
     try:

@@ -11,20 +11,57 @@ pytestmark = pytest.mark.django_db
 
 
 def test_it_issues_a_jwt_for_a_valid_login(alice, client):
-    response = client.post("/api/auth/token/", {"username": "alice", "password": PASSWORD})
+    response = client.post("/api/auth/token/", {"username": "alice", "password": PASSWORD},
+                           content_type="application/json")
     assert response.status_code == 200
     assert set(response.json()) == {"access", "refresh"}
-    refreshed = client.post("/api/auth/token/refresh/", {"refresh": response.json()["refresh"]})
+    refreshed = client.post("/api/auth/token/refresh/", {"refresh": response.json()["refresh"]},
+                            content_type="application/json")
     assert refreshed.status_code == 200 and "access" in refreshed.json()
 
 
 def test_it_refuses_a_bad_login_with_a_code(alice, client):
-    response = client.post("/api/auth/token/", {"username": "alice", "password": "nope"})
+    response = client.post("/api/auth/token/", {"username": "alice", "password": "nope"},
+                           content_type="application/json")
     assert response.status_code == 401
     assert response.json()["code"] == "no_active_account"
 
 
-PUBLIC = ("auth/token/", "auth/token/refresh/", "schema/", "docs/")
+def test_it_refuses_a_login_without_a_password_and_a_bad_refresh_token_with_codes(alice, client):
+    missing = client.post("/api/auth/token/", {"username": "alice"}, content_type="application/json")
+    assert missing.status_code == 400 and missing.json()["code"] == "invalid"
+    assert "password" in missing.json()["extra"]["fields"]
+    bad = client.post("/api/auth/token/refresh/", {"refresh": "not-a-token"}, content_type="application/json")
+    assert bad.status_code == 401 and bad.json()["code"] == "token_not_valid"
+
+
+FORM = "application/x-www-form-urlencoded"
+BODIES = {
+    "form": ({"content_type": FORM}, "title=502s"),
+    "multipart": ({}, {"title": "502s"}),  # the test client's default encoding
+    "text": ({"content_type": "text/plain"}, "title: 502s"),
+    "xml": ({"content_type": "application/xml"}, "<session><title>502s</title></session>"),
+}
+
+
+@pytest.mark.parametrize("route", ["/api/sessions/", "/api/auth/token/", "/api/cases/", "/workflow/cases/1/gdl"])
+@pytest.mark.parametrize("encoding", sorted(BODIES))
+def test_a_body_that_is_not_json_is_a_415_with_the_error_body(alice, api, route, encoding):
+    kwargs, body = BODIES[encoding]
+    response = api(alice).generic("POST", route, body, **kwargs) if isinstance(body, str) \
+        else api(alice).post(route, body, format="multipart")
+    assert response.status_code == 415, (route, response.status_code, response.content)
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["code"] == "unsupported_media_type"
+    assert set(response.json()) == {"code", "message", "extra"}
+
+
+def test_a_body_that_is_not_valid_json_is_a_400_parse_error(alice, api):
+    response = api(alice).generic("POST", "/api/sessions/", '{"agent": ', content_type="application/json")
+    assert response.status_code == 400 and response.json()["code"] == "parse_error"
+
+
+PUBLIC = ("auth/token/", "auth/token/refresh/", "schema/", "docs/", "redoc/")
 
 
 def _routes(prefix: str) -> list[str]:
@@ -59,6 +96,7 @@ def test_every_protected_api_and_workflow_route_answers_401_with_a_code(client):
 def test_schema_and_docs_are_public(client):
     assert client.get("/api/schema/").status_code == 200
     assert client.get("/api/docs/").status_code == 200
+    assert client.get("/api/redoc/").status_code == 200
 
 
 def test_unknown_api_route_is_a_json_404(client):

@@ -1,0 +1,81 @@
+"""The OpenAPI conventions every operation shares, applied in one place.
+
+- Tags group operations by resource, from the route (``/api/sessions/…`` → ``sessions``); a view
+  may still name its tags with ``extend_schema(tags=…)``.
+- An operation that takes a JSON body also answers ``400 parse_error`` (the body is not JSON) and
+  ``415 unsupported_media_type`` (the body is not ``application/json``); an operation with path
+  parameters answers ``404 not_found`` when a malformed id matches no route. These are added here
+  so no view can forget them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.openapi import AutoSchema
+
+from skald.core.api.errors_schema import add_code, error_response
+
+# Route prefix → tag. Longest prefix first; the GDL launch and the human seams act on runs.
+ROUTE_TAGS: tuple[tuple[str, str], ...] = (
+    ("/api/auth/", "auth"),
+    ("/api/sessions/", "sessions"),
+    ("/api/cases/", "cases"),
+    ("/api/runs/", "runs"),
+    ("/workflow/cases/", "runs"),
+    ("/workflow/runs/", "runs"),
+    ("/api/approval/", "approvals"),
+    ("/api/approvals/", "approvals"),
+    ("/api/tools/", "approvals"),
+    ("/api/proposals/", "proposals"),
+    ("/api/audit/", "audit"),
+    ("/api/inspect", "inspect"),
+)
+TAGS = frozenset(tag for _, tag in ROUTE_TAGS)
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+# (status, code) every operation that takes a JSON body can answer before its view decides anything.
+BODY_ERRORS: tuple[tuple[int, str], ...] = ((400, "parse_error"), (415, "unsupported_media_type"))
+# (status, code) every operation with path parameters can answer: a malformed id matches no route.
+PATH_ERRORS: tuple[tuple[int, str], ...] = ((404, "not_found"),)
+MAX_ID = 2**63 - 1
+
+
+def route_tag(path: str) -> str | None:
+    """The resource tag of an API path, or ``None`` for a path outside the map."""
+    return next((tag for prefix, tag in ROUTE_TAGS if path.startswith(prefix)), None)
+
+
+class SkaldAutoSchema(AutoSchema):
+    """drf-spectacular's AutoSchema with Skald's tags, id ranges and the errors every route shares."""
+
+    def get_tags(self) -> list[str]:
+        tag = route_tag(self.path)
+        return [tag] if tag is not None else super().get_tags()
+
+    def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
+        # ``extend_schema(responses=…)`` replaces get_response_serializers, so the body errors are
+        # merged here, where every operation's responses pass.
+        bodies: dict[str, Any] = super()._get_response_bodies(direction)
+        if direction != "response":
+            return bodies
+        added = [*(BODY_ERRORS if self._takes_body() else ()), *(PATH_ERRORS if "{" in self.path else ())]
+        for status_code, code in added:
+            listed = bodies.get(str(status_code))
+            if listed is None:
+                bodies[str(status_code)] = self._get_response_for_code(
+                    error_response(status_code, (code,)), str(status_code), direction=direction)
+            else:
+                add_code(listed, status_code, code)
+        return dict(sorted(bodies.items()))
+
+    def _resolve_path_parameters(self, variables: list[str]) -> list[dict[str, Any]]:
+        # Ids are 64-bit row keys and the route converter takes digits only: say so, so a client
+        # (or a fuzzer) knows the range a well-formed id lives in.
+        parameters: list[dict[str, Any]] = super()._resolve_path_parameters(variables)
+        for parameter in parameters:
+            if parameter["schema"].get("type") == "integer":
+                parameter["schema"].update(format="int64", minimum=0, maximum=MAX_ID)
+        return parameters
+
+    def _takes_body(self) -> bool:
+        return self.method in BODY_METHODS and self.get_request_serializer() is not None
