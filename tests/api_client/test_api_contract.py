@@ -1,0 +1,191 @@
+"""The API keeps its contract (issue 13): for malformed ids, bodies and content types, every
+operation answers a status its schema documents, in the documented content type, with the error
+body and a code the schema lists for that status.
+
+Two halves against a real server (pytest-django's live server): explicit malformed requests for
+every operation, then schemathesis (pinned in the dev extras) generating positive and negative
+requests from the live schema, with a bounded, derandomized example count per operation.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from rest_framework_simplejwt.tokens import RefreshToken
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from approvals.seed import default_rules_ensure
+from audit.actors import Actor
+from loop.providers.loopback import text_turn
+from skald.agents.seed import seed_agents
+from skald.cases.services import case_create
+from skald.sessions.services import session_create
+from tests.api_client.conftest import live_schema
+from tests.strength import examples
+
+pytestmark = pytest.mark.db_sensitive
+
+METHODS = ("get", "post", "put", "patch", "delete")
+EXAMPLES_PER_MODE = examples(20)  # per operation and generation mode; a developer's run makes 10
+MALFORMED_IDS = ("null,null", "abc", "-1", "1.5", "%20")
+# Who calls each resource: the role that may, so answers are about input, not permission.
+CALLER_BY_TAG = {"sessions": "alice", "cases": "alice", "runs": "alice", "inspect": "alice", "approvals": "carol",
+                 "proposals": "bob", "audit": "dave", "auth": None}
+NOT_JSON = {
+    "form": ("application/x-www-form-urlencoded", b"ticket=502s&title=502s"),
+    "multipart": ("multipart/form-data; boundary=xyz",
+                  b'--xyz\r\nContent-Disposition: form-data; name="title"\r\n\r\n502s\r\n--xyz--\r\n'),
+    "text": ("text/plain", b"502s"),
+}
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict[str, Any]:
+    return live_schema()
+
+
+@pytest.fixture
+def server(live_server: Any, settings: Any, tmp_path: Any, script: Callable[..., Any], alice: Any, bob: Any,
+           carol: Any, dave: Any) -> Iterator[Server]:
+    settings.SKALD_SYNC_TASKS = True
+    settings.SKALD_WORKSPACE_ROOT = tmp_path / "workspaces"
+    seed_agents()
+    default_rules_ensure()
+    script(text_turn("noted"), delay=0.0).repeat_last = True
+    tokens = {user.username: str(RefreshToken.for_user(user).access_token) for user in (alice, bob, carol, dave)}
+    case = case_create(actor=Actor.system("test"), title="502s", logs=[("app.log", "FATAL pool exhausted")])
+    session = session_create(user=alice, agent="troubleshooter")
+    with httpx.Client(base_url=live_server.url, timeout=30.0) as http:
+        launched = http.post(f"/workflow/cases/{case.pk}/gdl", json={"ticket": "502s"},
+                             headers={"Authorization": f"Bearer {tokens['alice']}"})
+        assert launched.status_code == 200, launched.text
+        yield Server(http, tokens, ids={"case_id": case.pk, "session_id": session.pk, "run_id": launched.json()["id"]})
+
+
+class Server:
+    def __init__(self, http: httpx.Client, tokens: dict[str, str], ids: dict[str, int]) -> None:
+        self.http = http
+        self.tokens = tokens
+        self.ids = ids  # path parameters that name a real row; any other is one that exists nowhere
+
+    def headers(self, operation: dict[str, Any]) -> dict[str, str]:
+        caller = CALLER_BY_TAG[operation["tags"][0]]
+        return {"Authorization": f"Bearer {self.tokens[caller]}"} if caller else {}
+
+
+def operations(schema: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [(path, method, op) for path, item in schema["paths"].items() for method, op in item.items()
+            if method in METHODS]
+
+
+def assert_documented(operation: dict[str, Any], response: httpx.Response, what: str) -> None:
+    """The answer's status is documented, it is JSON, and an error names a code listed for its status."""
+    documented = operation["responses"]
+    status = str(response.status_code)
+    assert status in documented, f"{what}: {status} is not documented ({sorted(documented)}): {response.text[:300]}"
+    assert response.headers.get("content-type", "").split(";")[0] == "application/json", (what, response.headers)
+    body = response.json()
+    if response.status_code >= 400:
+        assert set(body) == {"code", "message", "extra"}, (what, body)
+        listed = documented[status]["description"].removeprefix("Error codes: ").split(", ")
+        assert body["code"] in listed, f"{what}: code {body['code']!r} is not listed for {status} ({listed})"
+
+
+def integer_ids(operation: dict[str, Any]) -> bool:
+    return all(param["schema"].get("type") == "integer" for param in operation["parameters"] if param["in"] == "path")
+
+
+def filled(path: str, ids: dict[str, int], value: str | None = None) -> str:
+    """``path`` with every parameter set to ``value``, by default to a real row's id where ``ids`` has one."""
+    return re.sub(r"\{(\w+)\}", lambda match: value if value is not None else str(ids.get(match[1], 987654)), path)
+
+
+def test_malformed_ids_answer_a_documented_json_status(schema, server):
+    checked = 0
+    for path, method, operation in operations(schema):
+        if "{" not in path:
+            continue
+        for bad in MALFORMED_IDS:
+            url = filled(path, server.ids, bad)
+            body = {} if "requestBody" in operation else None
+            response = server.http.request(method.upper(), url, json=body, headers=server.headers(operation))
+            assert_documented(operation, response, f"{method.upper()} {url}")
+            if integer_ids(operation):  # the route itself does not match: no view runs
+                assert response.status_code == 404, (url, response.status_code)
+            checked += 1
+    assert checked >= 20 * len(MALFORMED_IDS) // 2
+
+
+def test_bodies_that_are_not_json_answer_415_and_malformed_json_a_documented_400(schema, server):
+    checked = 0
+    for path, method, operation in operations(schema):
+        if "requestBody" not in operation:
+            continue
+        url = filled(path, server.ids)
+        for name, (content_type, raw) in NOT_JSON.items():
+            headers = {**server.headers(operation), "Content-Type": content_type}
+            response = server.http.request(method.upper(), url, content=raw, headers=headers)
+            assert_documented(operation, response, f"{name} body to {method.upper()} {url}")
+            assert response.status_code == 415, (name, url, response.status_code)
+        for raw in (b'{"title": ', b"[1, 2", b"\xff\xfe"):
+            headers = {**server.headers(operation), "Content-Type": "application/json"}
+            response = server.http.request(method.upper(), url, content=raw, headers=headers)
+            assert_documented(operation, response, f"malformed JSON {raw!r} to {method.upper()} {url}")
+            assert response.status_code == 400, (raw, url, response.status_code)
+        for body in ([], "a string", 42, None):  # JSON, but not the object the operation takes
+            headers = {**server.headers(operation), "Content-Type": "application/json"}
+            response = server.http.request(method.upper(), url, content=json.dumps(body).encode(), headers=headers)
+            assert_documented(operation, response, f"JSON {body!r} to {method.upper()} {url}")
+        checked += 1
+    assert checked >= 14
+
+
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+
+
+def fuzz(operation: schemathesis.APIOperation, raw: dict[str, Any], mode: schemathesis.GenerationMode,
+         base_url: str, headers: dict[str, str]) -> None:
+    """``EXAMPLES_PER_MODE`` derandomized cases of one operation: the built-in checks, then the code."""
+
+    @settings(max_examples=EXAMPLES_PER_MODE, deadline=None, database=None, derandomize=True,
+              phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(case=operation.as_strategy(generation_mode=mode))
+    def exercise(case: schemathesis.Case) -> None:
+        response = case.call(base_url=base_url, headers=headers)
+        case.validate_response(response, checks=CHECKS)
+        if response.status_code >= 400:
+            listed = raw["responses"][str(response.status_code)]["description"]
+            code = response.json()["code"]
+            assert code in listed.removeprefix("Error codes: ").split(", "), (case.path, code, listed)
+
+    exercise()
+
+
+def test_generated_requests_get_documented_answers(schema, server):
+    """schemathesis: positive and negative cases per operation; status, content type, body schema, code."""
+    base_url = str(server.http.base_url).rstrip("/")
+    ran: list[str] = []
+    failures: list[str] = []
+    for result in schemathesis.openapi.from_dict(schema).get_all_operations():
+        operation = result.ok()
+        raw = schema["paths"][operation.path][operation.method.lower()]
+        for mode in (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE):
+            try:
+                fuzz(operation, raw, mode, base_url, server.headers(raw))
+            except (AssertionError, BaseExceptionGroup) as failure:  # report every operation, not the first
+                failures.append(f"{operation.label} ({mode.value}): {str(failure)[:1500]}")
+        ran.append(operation.label)
+    assert len(ran) >= 33
+    assert not failures, "\n\n".join(failures)
