@@ -6,12 +6,15 @@
   ``415 unsupported_media_type`` (the body is not ``application/json``); an operation with path
   parameters answers ``404 not_found`` when a malformed id matches no route. These are added here
   so no view can forget them.
+- When the request guard is installed (``REQUEST_GUARD`` in ``MIDDLEWARE``), the codes it answers
+  before any view runs are documented on every operation it can answer them for.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from drf_spectacular.openapi import AutoSchema
 
 from skald.core.api.errors_schema import add_code, error_response
@@ -37,6 +40,14 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 BODY_ERRORS: tuple[tuple[int, str], ...] = ((400, "parse_error"), (415, "unsupported_media_type"))
 # (status, code) every operation with path parameters can answer: a malformed id matches no route.
 PATH_ERRORS: tuple[tuple[int, str], ...] = ((404, "not_found"),)
+# The request guard (malformed input → JSON 4xx before any view) and what it answers: on every
+# operation (path and query checks), and on operations with a body (size, JSON checks).
+REQUEST_GUARD = "skald.core.api.middleware.RequestGuardMiddleware"
+GUARD_ERRORS: tuple[tuple[int, str], ...] = ((400, "nul_character"), (400, "invalid_unicode"), (414, "uri_too_long"))
+GUARD_BODY_ERRORS: tuple[tuple[int, str], ...] = (
+    (400, "invalid_json"), (400, "json_too_deep"), (400, "out_of_range"), (400, "bad_request"),
+    (413, "request_too_large"),
+)
 MAX_ID = 2**63 - 1
 
 
@@ -58,7 +69,9 @@ class SkaldAutoSchema(AutoSchema):
         bodies: dict[str, Any] = super()._get_response_bodies(direction)
         if direction != "response":
             return bodies
-        added = [*(BODY_ERRORS if self._takes_body() else ()), *(PATH_ERRORS if "{" in self.path else ())]
+        body, guarded = self._takes_body(), REQUEST_GUARD in settings.MIDDLEWARE
+        added = [*(BODY_ERRORS if body else ()), *(PATH_ERRORS if "{" in self.path else ()),
+                 *(GUARD_ERRORS if guarded else ()), *(GUARD_BODY_ERRORS if guarded and body else ())]
         for status_code, code in added:
             listed = bodies.get(str(status_code))
             if listed is None:
