@@ -30,7 +30,7 @@ CSRF_TRUSTED_ORIGINS = envlist("SKALD_CSRF_TRUSTED_ORIGINS")
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "skald.apps.SkaldAdminConfig",  # django.contrib.admin with Skald's site (name, role homes)
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
