@@ -18,6 +18,7 @@ from approvals.models import ApprovalStatus, PendingApproval
 from audit.services import chain_head_export_latest, chain_verify
 from proposals.models import Proposal, ProposalStatus
 from skald.core.clock import now
+from skald.core.roles import Role, has_role
 from skald.models import Case, CaseStatus, Run, RunStatus
 
 LIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_HUMAN, RunStatus.HANDOFF)
@@ -51,7 +52,8 @@ def home_panels(request: HttpRequest) -> list[Panel]:
     user = request.user
     panels: list[Panel] = []
     if user.has_perm("skald.view_case"):
-        panels += [_cases(), _live_runs()]
+        panels += [_cases(may_launch=has_role(user, Role.WORKFLOW) and user.has_perm("skald.write_case")),
+                   _live_runs()]
     if user.has_perm("approvals.resolve_approval"):
         panels.append(_approvals())
     if user.has_perm("proposals.dispose_proposal"):
@@ -65,7 +67,7 @@ def _status(run: Run) -> Cell:
     return Cell(run.get_status_display(), css=f"status status-{run.status}")
 
 
-def _cases() -> Panel:
+def _cases(*, may_launch: bool) -> Panel:
     cases = list(Case.objects.filter(status=CaseStatus.OPEN).order_by("-id")[:ROWS])
     latest: dict[int, Run] = {}
     for run in Run.objects.filter(case__in=cases).order_by("case_id", "-id").distinct():
@@ -76,7 +78,8 @@ def _cases() -> Panel:
         rows.append([
             Cell(case.title, reverse("admin:skald_case_change", args=[case.pk])),
             _status(run) if run else Cell("no run yet", css="muted"),
-            Cell("Launch a run", reverse("admin:skald_case_launch", args=[case.pk]), css="button"),
+            Cell("Launch a run", reverse("admin:skald_case_launch", args=[case.pk]), css="button") if may_launch
+            else Cell(""),
         ])
     return Panel("cases", "Open cases", f"{Case.objects.filter(status=CaseStatus.OPEN).count()} open",
                  ["case", "latest run", ""], rows,

@@ -79,7 +79,7 @@ def launch_view(modeladmin: admin.ModelAdmin, request: HttpRequest, case_id: int
                              "opts": modeladmin.opts, "title": f"Launch a GDL run on “{case.title}”"})
 
 
-@admin.action(description="Launch GDL run…")
+@admin.action(description="Launch GDL run")
 def launch_gdl_run(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Case]) -> Any:
     if queryset.count() != 1:
         modeladmin.message_user(request, "Select exactly one case to launch a run on.", messages.WARNING)

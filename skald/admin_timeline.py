@@ -72,7 +72,7 @@ def describe(event: SessionEvent, *, agent: str, user: str) -> tuple[str, str, s
         if calls:
             asks = "; ".join(f"{c.get('name')}({_args(c.get('arguments', ''))})" for c in calls)
             text = (text + " — " if text else "") + f"calls {asks}"
-        tokens = f"{p.get('input_tokens')}→{p.get('output_tokens')} tokens" if p.get("output_tokens") is not None else ""
+        tokens = "" if p.get("output_tokens") is None else f"{p.get('input_tokens')}→{p.get('output_tokens')} tokens"
         return who, "who-agent", text or "(no text)", tokens, "muted"
     if kind == "tool_result":
         failed = p.get("is_error") or p.get("status") not in (None, "completed")

@@ -52,7 +52,7 @@ def provider_for(agent: AgentSpec) -> LlmProvider:
         raise HarnessError("the GDL provider profile is invalid", code="provider_profile_invalid")
     client = agent.client or ("openai_compat" if status == "configured" else "playbook")
     if client == "playbook":
-        return PlaybookProvider(agent.playbook)
+        return PlaybookProvider(agent.playbook, word_pause=settings.SKALD_PLAYBOOK_WORD_PAUSE_MS / 1000)
     if client == "openai_compat":
         profile = provider_config.provider_profile()
         if profile is None:

@@ -55,13 +55,13 @@ def row_of(admin: Admin, text: str) -> WebElement:
 
 def run_status(admin: Admin) -> str:
     """The run page's status, as its label ("Awaiting Human")."""
-    return admin.text(".field-status .readonly").strip()
+    return admin.text("#run-status").strip()
 
 
 def search_result_row(admin: Admin) -> str | None:
     """The timeline's ``search_knowledge`` tool result, once there is one."""
-    rows = admin.driver.find_elements(By.CSS_SELECTOR, ".skald-timeline tr.kind-tool_result")
-    return next((row.text for row in rows if "search_knowledge" in row.text), None)
+    rows = admin.driver.find_elements(By.CSS_SELECTOR, "#timeline > li")
+    return next((row.text for row in rows if "tool search_knowledge" in row.text), None)
 
 
 def api_run_status(stack: Stack, run_id: int) -> str:
@@ -80,7 +80,7 @@ def test_it_follows_a_governed_run_from_launch_to_reused_knowledge(admin: Admin,
                        what="the run to park for approval")
     first_search = search_result_row(admin)
     assert first_search and "No accepted knowledge matches." in first_search  # nothing accepted yet
-    assert "write_file" in admin.text(".field-approvals_view")
+    assert "write_file" in admin.text("#run-approvals")
     admin.screenshot("run-awaiting-approval")
     admin.logout()
 
@@ -126,7 +126,7 @@ def test_it_follows_a_governed_run_from_launch_to_reused_knowledge(admin: Admin,
     admin.login("operator")
     admin.open(f"/admin/skald/run/{run_id}/change/")
     assert run_status(admin) == RunStatus.COMPLETED.label
-    assert "accepted" in admin.text(".field-proposals_view")
+    assert "accepted" in admin.text("#run-proposals")
     admin.screenshot("first-run-completed")
     second_id = launch_run(admin, SECOND_TICKET, "relaunch")
     assert second_id != run_id
