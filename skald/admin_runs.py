@@ -12,6 +12,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 from django.db.models import Model, QuerySet
@@ -149,14 +150,18 @@ class RunAdmin(ReadOnlyAdmin):
         # Events name a call by its key; the approval page is found through the call's row.
         urls = {approval.tool_call.call_key: reverse("admin:approvals_pendingapproval_change", args=[approval.pk])
                 for approval in approvals} if approvals_open else {}
-        events = SessionEvent.objects.filter(session_id=run.session_id).order_by("seq")[:TIMELINE_LIMIT]
+        events = list(SessionEvent.objects.filter(session_id=run.session_id).order_by("seq")[:TIMELINE_LIMIT])
+        labels = {str(e.payload.get("by", "")) for e in events if e.kind == "control:approval_resolved"}
+        ids = [label.split(":", 1)[1] for label in labels if label.startswith("user:") and label[5:].isdigit()]
+        names = {f"user:{pk}": name for pk, name in
+                 get_user_model().objects.filter(pk__in=ids).values_list("pk", "username")} if ids else {}
         pending = [a for a in approvals if a.status == ApprovalStatus.PENDING]
         proposals = list(Proposal.objects.filter(run=run).order_by("id"))
         return {
             "run": run,
             "banner": banner(run, pending, approvals_open=approvals_open),
             "lines": timeline_lines(events, agent=run.session.agent, user=run.launched_by.get_username(),
-                                    approval_urls=urls),
+                                    approval_urls=urls, names=names),
             "receipt": receipt_rows(run.receipt),
             "approvals": approvals,
             "approvals_open": approvals_open,

@@ -56,9 +56,12 @@ def depth_of(narrative: str) -> int:
     return narrative.count("child:")
 
 
-def describe(event: SessionEvent, *, agent: str, user: str) -> tuple[str, str, str, str, str]:
-    """(who, who_css, text, outcome, outcome_css) for one event."""
+def describe(event: SessionEvent, *, agent: str, user: str, names: Mapping[str, str] | None = None
+             ) -> tuple[str, str, str, str, str]:
+    """(who, who_css, text, outcome, outcome_css) for one event; ``names`` maps ``user:<id>`` labels
+    to user names."""
     p: Mapping[str, Any] = event.payload or {}
+    names = names or {}
     kind = event.kind
     if kind == "user":
         author = str(p.get("author") or "")
@@ -90,8 +93,11 @@ def describe(event: SessionEvent, *, agent: str, user: str) -> tuple[str, str, s
         return "gate", "who-system", f"{p.get('name', '?')} needs a human's approval", "waiting", \
             "status status-pending"
     if kind == "control:approval_resolved":
-        return "approver", "who-user", f"{p.get('name', p.get('tool', 'the call'))}: {p.get('decision', '')}", \
-            str(p.get("status", p.get("decision", ""))), ""
+        by = str(p.get("by", ""))
+        reason = f" — “{_short(p['reason'], 120)}”" if p.get("reason") else ""
+        status = str(p.get("status", ""))
+        return names.get(by, by or "approver"), "who-user", f"answered the parked call{reason}", status, \
+            f"status status-{status}"
     if kind == "control:exchange_parked":
         question = p.get("question") or ""
         return "system", "who-system", "parked: waiting for a human" + (f" — {question}" if question else ""), \
@@ -108,12 +114,13 @@ def describe(event: SessionEvent, *, agent: str, user: str) -> tuple[str, str, s
 
 
 def timeline_lines(events: Iterable[SessionEvent], *, agent: str, user: str,
-                   approval_urls: Mapping[str, str] | None = None) -> list[Line]:
-    """Events in seq order → lines; runs of folded control rows become one marker line."""
+                   approval_urls: Mapping[str, str] | None = None, names: Mapping[str, str] | None = None
+                   ) -> list[Line]:
+    """Events in seq order → lines; internal control rows fold under the line before them."""
     lines: list[Line] = []
     urls = approval_urls or {}
     for event in events:
-        who, who_css, text, outcome, outcome_css = describe(event, agent=agent, user=user)
+        who, who_css, text, outcome, outcome_css = describe(event, agent=agent, user=user, names=names)
         line = Line(seq=event.seq, at=event.created_at, who=who, who_css=who_css, text=text, outcome=outcome,
                     outcome_css=outcome_css, depth=min(depth_of(event.narrative), 3),
                     payload=json.dumps(event.payload, indent=2, ensure_ascii=False, sort_keys=True),
