@@ -149,6 +149,49 @@ def test_the_admin_tests_a_call_with_explain(admin: Admin, stack: Stack) -> None
     admin.screenshot("admin-test-a-call")
 
 
+WATCH_LIVE = """
+window.skaldLive = {partial: 0};
+new MutationObserver(() => {
+  const n = document.getElementById("live").textContent.length;
+  if (n > 0) window.skaldLive.partial += 1;
+}).observe(document.getElementById("live"), {childList: true, characterData: true, subtree: true});
+"""
+
+
+def test_the_console_cards_follow_the_role_and_the_answer_streams(admin: Admin, stack: Stack) -> None:
+    admin.login("operator")
+    admin.open("/console/")
+    Select(admin.find("#new-case")).select_by_visible_text(DEMO_CASE_TITLE)
+    admin.click("#new-session")
+    admin.wait_text("#status", "Session #")
+    admin.fill("#message", "Why does checkout return 502?")
+    admin.click("#composer button[type=submit]")
+    admin.wait_text("#events .card", "Waiting for an approver.", what="the operator's waiting card")
+    assert "nginx-error.log" in admin.text("#events")  # read_logs found the attached case's logs
+    assert not admin.driver.find_elements(By.CSS_SELECTOR, "#events .card button")  # no answer for an operator
+    admin.screenshot("console-operator-waiting")
+    admin.open("/admin/")
+    admin.logout()
+
+    admin.login("approver")
+    admin.open("/console/")
+    admin.wait_text("#sessions", "approval waiting")
+    admin.driver.find_element(By.XPATH, "//ul[@id='sessions']/li[span[text()='approval waiting']]").click()
+    admin.wait_text("#events .card", "Approval needed: write_file")
+    admin.driver.execute_script(WATCH_LIVE)
+    admin.find("#events .card input").send_keys("Report only; fine.")
+    admin.click("#events .card button.approve")
+    admin.wait_text("#events .card .state", "approved", what="the card to turn resolved")
+    wait_until(admin, lambda: "exchange ended: completed" in admin.text("#events"), "the exchange to complete")
+    # The final answer arrived word by word from the worker process before its stored message.
+    assert admin.driver.execute_script("return window.skaldLive.partial") > 3
+    card = admin.find("#events .card")
+    assert "resolved" in card.get_attribute("class") and not card.find_elements(By.CSS_SELECTOR, "button")
+    admin.screenshot("console-approver-resolved")
+    admin.open("/admin/")
+    admin.logout()
+
+
 @pytest.mark.parametrize("username", ["operator", "approver", "reviewer", "auditor", "admin"])
 def test_every_link_from_a_roles_home_answers_200(stack: Stack, username: str) -> None:
     client = admin_client(stack, username)
