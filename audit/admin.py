@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator
 from typing import Any
 
 from django.contrib import admin, messages
@@ -66,7 +66,7 @@ class AuditEventAdmin(ReadOnlyAdmin):
         term = search_term.strip()
         return queryset.filter(present.search_filter(term, present.matching_user_ids(term))), False
 
-    def get_list_display(self, request: HttpRequest) -> Sequence[Any]:
+    def get_list_display(self, request: HttpRequest) -> Any:
         # Built per request: the subject links only where this viewer may open the page.
         def may_view(label: str) -> bool:
             app_label, model = label.split(".")
@@ -110,7 +110,8 @@ class AuditEventAdmin(ReadOnlyAdmin):
         if fmt == "csv":
             buffer = _Echo()
             writer = csv.DictWriter(buffer, fieldnames=present.EXPORT_FIELDS)
-            lines = itertools.chain([writer.writeheader()], (writer.writerow(present.export_row(r)) for r in rows))
+            lines: Iterator[Any] = itertools.chain(
+                [writer.writeheader()], (writer.writerow(present.export_row(r)) for r in rows))
             content_type = "text/csv; charset=utf-8"
         else:
             lines = (json.dumps(present.export_row(r), ensure_ascii=False) + "\n" for r in rows)

@@ -70,14 +70,14 @@ def _status(run: Run) -> Cell:
 def _cases(*, may_launch: bool) -> Panel:
     cases = list(Case.objects.filter(status=CaseStatus.OPEN).order_by("-id")[:ROWS])
     latest: dict[int, Run] = {}
-    for run in Run.objects.filter(case__in=cases).order_by("case_id", "-id").distinct():
-        latest.setdefault(run.case_id, run)
+    for found in Run.objects.filter(case__in=cases).order_by("case_id", "-id"):
+        latest.setdefault(found.case_id, found)
     rows = []
     for case in cases:
-        run = latest.get(case.pk)
+        last = latest.get(case.pk)
         rows.append([
             Cell(case.title, reverse("admin:skald_case_change", args=[case.pk])),
-            _status(run) if run else Cell("no run yet", css="muted"),
+            _status(last) if last else Cell("no run yet", css="muted"),
             Cell("Launch a run", reverse("admin:skald_case_launch", args=[case.pk]), css="button") if may_launch
             else Cell(""),
         ])

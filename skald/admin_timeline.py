@@ -124,7 +124,7 @@ def timeline_lines(events: Iterable[SessionEvent], *, agent: str, user: str,
         line = Line(seq=event.seq, at=event.created_at, who=who, who_css=who_css, text=text, outcome=outcome,
                     outcome_css=outcome_css, depth=min(depth_of(event.narrative), 3),
                     payload=json.dumps(event.payload, indent=2, ensure_ascii=False, sort_keys=True),
-                    link=urls.get(str((event.payload or {}).get("key", ""))) if event.kind.endswith("requested")
+                    link=urls.get(str((event.payload or {}).get("key", "")), "") if event.kind.endswith("requested")
                     else "")
         if event.kind in FOLDED:
             # Journal rows fold under the line before them (the call they record).

@@ -20,7 +20,8 @@ from tests.browser.conftest import Admin
 from tests.browser.crawl import MAX_PAGES, admin_client, crawl
 from tests.e2e.stack import Stack, wait_for
 
-pytestmark = [pytest.mark.browser, pytest.mark.e2e]
+# One stack, tests in order: under pytest-xdist the module stays on one worker (--dist loadgroup).
+pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.xdist_group("role-journeys")]
 
 RUN_TIMEOUT = 30.0
 SECOND_TICKET = "Checkout 502s again for EU customers after the 11:00 deploy."
