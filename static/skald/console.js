@@ -89,6 +89,7 @@
     if (event.type === "approval.accepted") {
       const card = cards.get(event.request_id);
       if (card) card.querySelector(".state").textContent = `Sent: ${event.status}. The run continues.`;
+      load();  // the session's "approval waiting" badge
       return;
     }
     if (event.type === "stop.accepted") { $("status").textContent = "Stop requested."; return; }

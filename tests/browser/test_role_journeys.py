@@ -188,6 +188,7 @@ def test_the_console_cards_follow_the_role_and_the_answer_streams(admin: Admin, 
     assert admin.driver.execute_script("return window.skaldLive.partial") > 3
     card = admin.find("#events .card")
     assert "resolved" in card.get_attribute("class") and not card.find_elements(By.CSS_SELECTOR, "button")
+    admin.driver.execute_script("arguments[0].scrollIntoView()", card)
     admin.screenshot("console-approver-resolved")
     admin.open("/admin/")
     admin.logout()
