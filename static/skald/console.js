@@ -101,11 +101,11 @@
       } else $("status").textContent = `${event.code}: ${event.message}`;
       return;
     }
-    if (event.kind === "control:approval_resolved") { resolved(p); return; }
+    if (event.kind === "control:approval_resolved") resolved(p);
     if (event.kind === "canceled") {
       cards.forEach((card) => { if (card.classList.contains("waiting")) setState(card, "cancelled", "Cancelled: the exchange was stopped."); });
     }
-    if (event.kind && event.kind.startsWith("control:") && !["control:approval_requested", "control:exchange_settled", "control:handoff"].includes(event.kind)) return;
+    if (event.kind && event.kind.startsWith("control:") && !["control:approval_requested", "control:approval_resolved", "control:exchange_settled", "control:handoff"].includes(event.kind)) return;
     const li = el("li");
     li.appendChild(el("span", "kind", event.kind || event.type));
     if (event.kind === "user") li.appendChild(el("span", "user", p.content));
@@ -114,6 +114,7 @@
       li.appendChild(el("span", "assistant", (p.content || "") + (p.tool_calls || []).map((c) => `\n→ ${c.name}(${c.arguments})`).join("")));
     } else if (event.kind === "tool_result") li.appendChild(el("span", "tool", `[${p.status}] ${p.name}: ${p.content}`));
     else if (event.kind === "control:approval_requested") li.appendChild(approvalCard(event));
+    else if (event.kind === "control:approval_resolved") li.appendChild(el("span", "tool", `${p.status} by ${p.by || "?"}${p.reason ? ` — “${p.reason}”` : ""}`));
     else if (event.kind === "control:exchange_settled") { li.appendChild(el("span", "tool", `exchange ended: ${p.outcome}`)); $("status").textContent = `Exchange ended: ${p.outcome}`; }
     else li.appendChild(el("span", "tool", JSON.stringify(p)));
     append(li);
@@ -162,7 +163,8 @@
     const picked = $("new-case") && $("new-case").value;
     const r = await api("/api/sessions/", {method: "POST", body: JSON.stringify(picked ? {case: Number(picked)} : {})});
     if (!r.ok) { $("sessions-note").textContent = problem(r.body, r.status); return; }
-    await load(); open(r.body.id);
+    open(r.body.id);  // first: the composer sends to it at once
+    load();
   };
   $("composer").onsubmit = async (e) => {
     e.preventDefault(); if (!session) return;

@@ -58,7 +58,7 @@ def artifacts() -> Path:
     """``test-artifacts/browser/``, emptied of the previous run's screenshots and kept afterwards."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     for old in ARTIFACTS.glob("*.png"):
-        old.unlink()
+        old.unlink(missing_ok=True)  # another xdist worker may have removed it first
     return ARTIFACTS
 
 
