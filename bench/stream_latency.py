@@ -112,6 +112,10 @@ async def _measure(port: int, session_id: int, token: str, events: int) -> list[
 def run(profile: str, result_file: Path, events: int) -> None:
     import django
 
+    from skald.core.var import var_dir_path, var_dir_prepare
+
+    # Before Django starts: the var dir and its secret key, which daphne must share to accept our JWT.
+    var_dir_prepare(var_dir_path(BASE_DIR))
     django.setup()
     from django.conf import settings
 
