@@ -6,34 +6,47 @@ The admin only parses and delegates: verification and head recording go through
 
 from __future__ import annotations
 
+import csv
+import itertools
+import json
+from collections.abc import Iterator
 from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Model
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.db.models import Model, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, StreamingHttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils.formats import date_format
+from django.utils.html import format_html
+from django.utils.timezone import localtime
 
+from audit import admin_present as present
 from audit.actors import Actor
-from audit.kinds import AuditKind
 from audit.models import AuditEvent, ChainHead
 from audit.services import chain_head_export_latest, chain_head_record, chain_verify
 from skald.core.admin import ReadOnlyAdmin
 
 
+class _Echo:
+    """A file-like object whose ``write`` returns the line: csv.writer feeding a stream."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
 @admin.register(AuditEvent)
 class AuditEventAdmin(ReadOnlyAdmin):
-    list_display = ("seq", "time", "kind_label", "actor", "subject", "short_hash")
     list_filter = ("kind", "actor_type", "subject_type")
-    # "=" keeps the search on the ids exact (and index-friendly) rather than a LIKE over the log.
-    search_fields = ("=actor_id", "=subject_id")
+    search_fields = ("subject_id",)  # the real matching is search_filter: kinds, user names, partial ids
+    search_help_text = "A kind (“approval resolved”), a user name, a tool or a partial id."
     date_hierarchy = "time"
     ordering = ("-seq",)
     show_full_result_count = False  # the log grows without bound; skip the second COUNT(*)
     fields = (
-        "seq", "time", "kind", "actor_type", "actor_id", "subject_type", "subject_id", "payload",
+        "seq", "time_seconds", "kind", "actor_type", "actor_id", "subject_type", "subject_id", "payload",
         "prev_hash", "hash",
     )  # fmt: skip
 
@@ -43,27 +56,78 @@ class AuditEventAdmin(ReadOnlyAdmin):
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
         return lookup in self._LINKABLE_LOOKUPS or super().lookup_allowed(lookup, value, request)
 
-    @admin.display(description="kind", ordering="kind")
-    def kind_label(self, obj: AuditEvent) -> str:
-        # A tampered row may carry a kind outside the enumeration; the log must still render it.
-        return AuditKind(obj.kind).label if obj.kind in AuditKind.values else f"unknown kind {obj.kind}"
+    def get_queryset(self, request: HttpRequest) -> QuerySet[AuditEvent]:
+        return present.with_user_names(super().get_queryset(request))
 
-    @admin.display(description="actor")
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet[AuditEvent], search_term: str
+                           ) -> tuple[QuerySet[AuditEvent], bool]:
+        if not search_term.strip():
+            return queryset, False
+        term = search_term.strip()
+        return queryset.filter(present.search_filter(term, present.matching_user_ids(term))), False
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        # Built per request: the subject links only where this viewer may open the page.
+        def may_view(label: str) -> bool:
+            app_label, model = label.split(".")
+            return bool(request.user.has_perm(f"{app_label}.view_{model}")) or self._opens(request, label)
+
+        @admin.display(description="subject")
+        def subject(obj: AuditEvent) -> str:
+            url = present.subject_url(obj, may_view)
+            text = present.subject_text(obj)
+            return format_html('<a href="{}">{}</a>', url, text) if url else text
+
+        return ("seq", "time_seconds", "actor", "summary_line", subject, "short_hash")
+
+    def _opens(self, request: HttpRequest, label: str) -> bool:
+        from django.apps import apps
+
+        model_admin = self.admin_site._registry.get(apps.get_model(label))
+        return bool(model_admin and model_admin.has_view_permission(request))
+
+    @admin.display(description="time", ordering="time")
+    def time_seconds(self, obj: AuditEvent) -> str:
+        return date_format(localtime(obj.time), "Y-m-d H:i:s T")
+
+    @admin.display(description="what happened", ordering="kind")
+    def summary_line(self, obj: AuditEvent) -> str:
+        return present.summary(obj)
+
+    @admin.display(description="who", ordering="actor_id")
     def actor(self, obj: AuditEvent) -> str:
-        return f"{obj.actor_type}:{obj.actor_id}"
-
-    @admin.display(description="subject")
-    def subject(self, obj: AuditEvent) -> str:
-        return f"{obj.subject_type}:{obj.subject_id}"
+        return present.actor_text(obj)
 
     @admin.display(description="hash")
     def short_hash(self, obj: AuditEvent) -> str:
         return obj.hash[:12] + "…"
 
+    def export_view(self, request: HttpRequest, fmt: str) -> StreamingHttpResponse:
+        """The rows the changelist shows (its filters and search), as CSV or JSON Lines."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        rows = self.get_changelist_instance(request).get_queryset(request).order_by("seq").iterator(chunk_size=500)
+        if fmt == "csv":
+            buffer = _Echo()
+            writer = csv.DictWriter(buffer, fieldnames=present.EXPORT_FIELDS)
+            lines: Iterator[Any] = itertools.chain(
+                [writer.writeheader()], (writer.writerow(present.export_row(r)) for r in rows))
+            content_type = "text/csv; charset=utf-8"
+        else:
+            lines = (json.dumps(present.export_row(r), ensure_ascii=False) + "\n" for r in rows)
+            content_type = "application/x-ndjson; charset=utf-8"
+        response = StreamingHttpResponse(lines, content_type=content_type)
+        response["Content-Disposition"] = f'attachment; filename="skald-audit.{fmt}"'
+        return response
+
     def get_urls(self) -> list[URLPattern]:
         prefix = f"{self.opts.app_label}_{self.opts.model_name}"
         own = [
             path("verify/", self.admin_site.admin_view(self.verify_view), name=f"{prefix}_verify"),
+            path("export.csv", self.admin_site.admin_view(self.export_view), {"fmt": "csv"},
+                 name=f"{prefix}_export_csv"),
+            path("export.jsonl", self.admin_site.admin_view(self.export_view), {"fmt": "jsonl"},
+                 name=f"{prefix}_export_jsonl"),
             path(
                 "record-head/",
                 self.admin_site.admin_view(self.record_head_view),
@@ -73,7 +137,8 @@ class AuditEventAdmin(ReadOnlyAdmin):
         return own + super().get_urls()
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
-        extra = {"can_record_head": request.user.is_superuser, **(extra_context or {})}
+        extra = {"can_record_head": request.user.is_superuser, "recorded_head": chain_head_export_latest(),
+                 "query_string": request.META.get("QUERY_STRING", ""), **(extra_context or {})}
         return super().changelist_view(request, extra_context=extra)
 
     def verify_view(self, request: HttpRequest) -> HttpResponse:
@@ -101,6 +166,9 @@ class AuditEventAdmin(ReadOnlyAdmin):
 
 @admin.register(ChainHead)
 class ChainHeadAdmin(ReadOnlyAdmin):
+    """Recorded heads pin the chain's tip (seq and hash at a moment, optionally signed): a later verify
+    against a head also detects rows cut from the end, which a chain alone cannot show."""
+
     list_display = ("seq", "hash", "recorded_at", "signed")
     ordering = ("-seq",)
 

@@ -1,4 +1,5 @@
-"""``make bench``: :mod:`bench.kernel` on a fresh SQLite file, then on a fresh PostgreSQL database.
+"""``make bench``: :mod:`bench.kernel` on a fresh SQLite file, then on a fresh PostgreSQL database;
+then :mod:`bench.stream_latency`, event commit → websocket client, in the embedded and Redis profiles.
 
 Each run is a fresh process with a hermetic environment (no ``SKALD_*``/``DATABASE_URL`` from the
 shell), so the two databases are measured under the same code and settings. Targets are reported
@@ -22,6 +23,10 @@ from bench.kernel import EDGE, TARGET_GROWTH, TARGET_MEDIAN_MS, TURNS, Result, m
 BASE_DIR = Path(__file__).resolve().parent.parent
 POSTGRES_URL = os.environ.get("BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/skald_bench")
 RUN_TIMEOUT_S = 150
+STREAM_POSTGRES_URL = os.environ.get("BENCH_STREAM_POSTGRES_URL",
+                                     "postgres://postgres@127.0.0.1:5432/skald_bench_stream")
+STREAM_REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/6")
+STREAM_TARGET_P95_MS = {"embedded": 250.0, "redis": 50.0}
 # Variables that would make a run depend on the developer's shell (as in skald.testrun).
 _HERMETIC_PREFIXES = ("BRAIN_GDL_PROVIDER_", "SKALD_", "REDIS_URL", "DATABASE_URL", "BRAIN_ENGINE_")
 
@@ -70,6 +75,34 @@ def run_kernel(title: str, env: dict[str, str], result_file: Path) -> Result | s
     if completed.returncode != 0 or not result_file.exists():
         return f"failed with exit status {completed.returncode}"
     return Result(**json.loads(result_file.read_text(encoding="utf-8")))
+
+
+def run_stream(profile: str, env: dict[str, str], result_file: Path) -> dict[str, object] | str:
+    print(f"\n=== Stream latency: {profile} ===", flush=True)
+    try:
+        env = {**env, "SKALD_ALLOWED_HOSTS": "127.0.0.1"}  # the websocket origin check
+        completed = subprocess.run([sys.executable, "-m", "bench.stream_latency", "--profile", profile,
+                                    "--result-file", str(result_file)], cwd=BASE_DIR, env=env,
+                                   timeout=RUN_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return f"timed out after {RUN_TIMEOUT_S} s"
+    if completed.returncode != 0 or not result_file.exists():
+        return f"failed with exit status {completed.returncode}"
+    return dict(json.loads(result_file.read_text(encoding="utf-8")))
+
+
+def stream_summary(results: dict[str, dict[str, object] | str]) -> str:
+    lines = ["event commit -> websocket client (this process appends like a worker; daphne serves the client)"]
+    for profile, value in results.items():
+        target = STREAM_TARGET_P95_MS[profile]
+        if isinstance(value, str):
+            lines.append(f"  {profile:9} not measured ({value})")
+            continue
+        p95 = float(str(value["p95_ms"]))
+        lines.append(f"  {profile:9} p50 {float(str(value['p50_ms'])):6.1f} ms   p95 {p95:6.1f} ms "
+                     f"{mark(p95 <= target)} (target <= {target:g} ms)   max {float(str(value['max_ms'])):6.1f} ms"
+                     f"   {value['events']} events over {value['layer']}")
+    return "\n".join(lines)
 
 
 def summary(results: dict[str, Result | str]) -> str:
@@ -133,9 +166,17 @@ def main() -> int:
             results["PostgreSQL"] = run_kernel(f"PostgreSQL ({POSTGRES_URL}, recreated)",
                                                _env(Path(tmp) / "postgres", POSTGRES_URL),
                                                Path(tmp) / "postgres.json")
+        streams: dict[str, dict[str, object] | str] = {
+            "embedded": run_stream("embedded", _env(Path(tmp) / "stream-embedded"), Path(tmp) / "stream-e.json")}
+        problem = recreate_postgres_database(STREAM_POSTGRES_URL)
+        streams["redis"] = f"unreachable: {problem}" if problem else run_stream(
+            "redis", {**_env(Path(tmp) / "stream-redis", STREAM_POSTGRES_URL), "REDIS_URL": STREAM_REDIS_URL},
+            Path(tmp) / "stream-r.json")
     print(f"\n=== Summary ({time.perf_counter() - started:.0f} s) ===", flush=True)
     print(summary(results), flush=True)
-    failed = [name for name, value in results.items() if isinstance(value, str) and not value.startswith("unreachable")]
+    print(stream_summary(streams), flush=True)
+    failed = [name for name, value in [*results.items(), *streams.items()]
+              if isinstance(value, str) and not value.startswith("unreachable")]
     return 1 if failed else 0
 
 

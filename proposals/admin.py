@@ -60,16 +60,36 @@ def render_evidence(proposal: Proposal) -> SafeString:
 
 @admin.register(Proposal)
 class ProposalAdmin(_ReadOnly, admin.ModelAdmin):
-    list_display = ["id", "title", "status", "case", "run", "created_at", "disposed_by"]
+    list_display = ["id", "title", "status", "case", "run", "created_at", "disposer"]
     list_filter = ["status"]
     list_select_related = ["run__case", "disposed_by"]
     search_fields = ["title", "body"]
     ordering = ["id"]
     actions = ["accept_selected", "reject_selected"]
     fields = readonly_fields = (
-        "title", "body", "status", "consequence", "evidence_view", "run", "session", "source_key", "disposed_by",
-        "disposed_at", "reason", "knowledge_entry", "created_at", "audit_trail",
+        "title", "body", "status", "consequence", "evidence_view", "run_link", "session_text", "source_key",
+        "disposer", "disposed_at", "reason", "knowledge_entry", "created_at", "audit_trail",
     )
+
+    def get_fields(self, request: HttpRequest, obj: Model | None = None) -> Any:
+        # The audit trail is a link only an audit reader may follow: nobody else is shown it.
+        fields = super().get_fields(request, obj)
+        return fields if request.user.has_perm("audit.view_auditevent") else [f for f in fields if f != "audit_trail"]
+
+    @admin.display(description="run")
+    def run_link(self, obj: Proposal) -> str:
+        if obj.run_id is None:
+            return "—"
+        return format_html('<a href="{}">Run #{}</a>', reverse("admin:skald_run_change", args=[obj.run_id]),
+                           obj.run_id)
+
+    @admin.display(description="session")
+    def session_text(self, obj: Proposal) -> str:
+        return f"#{obj.session_id}"
+
+    @admin.display(description="disposed by")
+    def disposer(self, obj: Proposal) -> str:
+        return obj.disposed_by.get_username() if obj.disposed_by else "—"
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return _may_read(request) or super().has_module_permission(request)
@@ -180,9 +200,13 @@ class KnowledgeRevisionInline(_ReadOnly, admin.TabularInline):
     model = KnowledgeRevision
     fk_name = "entry"
     extra = 0
-    fields = readonly_fields = ("version", "title", "body", "proposal", "created_by", "created_at")
+    fields = readonly_fields = ("version", "title", "body", "proposal", "author", "created_at")
     ordering = ["-version"]
     can_delete = False
+
+    @admin.display(description="created by")
+    def author(self, obj: KnowledgeRevision) -> str:
+        return obj.created_by.get_username() if obj.created_by else "—"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[KnowledgeRevision]:
         return super().get_queryset(request).select_related("created_by", "proposal")

@@ -1,33 +1,42 @@
-"""Admin for runs and the GDL launch action on cases (SPEC W2, O3). Actions call services."""
+"""Admin for runs and the GDL launch from a case (SPEC W2, O3). Actions call services.
+
+The run page is a read of the run, its session's events and its approvals: a banner that says what
+the run waits for (and links to it), a summary, the readable timeline and the receipt as a table.
+Its live region (``<run>/live/``) is the same read as a fragment, swapped in by ``live.js`` when
+the session websocket reports a committed event.
+"""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db.models import QuerySet
+from django.core.exceptions import PermissionDenied
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.template.loader import render_to_string
+from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
-from django.utils.safestring import SafeString, mark_safe
 
-from approvals.models import PendingApproval
+from approvals.models import ApprovalStatus, PendingApproval
 from loop.models import SessionEvent
 from proposals.models import Proposal
+from skald.admin_timeline import receipt_rows, timeline_lines
 from skald.cases import runs as run_services
 from skald.core.admin import ReadOnlyAdmin
 from skald.core.errors import SkaldError
 from skald.core.ids import new_token
+from skald.core.roles import Role, has_role
 from skald.crosscheck import replay_verify_run
-from skald.models import Case, Run
+from skald.models import Case, Run, RunStatus
 from skald.workflow.views import MAX_TICKET_BYTES, parse_ticket
 
-TIMELINE_LIMIT = 300
+TIMELINE_LIMIT = 500
+READERS = (Role.OPERATOR, Role.APPROVER, Role.REVIEWER, Role.AUDITOR)
 
 
 def _admin_user(request: HttpRequest) -> AbstractBaseUser:
@@ -36,9 +45,39 @@ def _admin_user(request: HttpRequest) -> AbstractBaseUser:
     return user
 
 
+def may_launch(request: HttpRequest) -> bool:
+    return has_role(request.user, Role.WORKFLOW) and request.user.has_perm("skald.write_case")
+
+
 class LaunchForm(forms.Form):
-    ticket = forms.CharField(widget=forms.Textarea(attrs={"rows": 6, "cols": 80}), max_length=MAX_TICKET_BYTES,
-                             help_text="What the troubleshooter should investigate (1-8192 bytes).")
+    ticket = forms.CharField(widget=forms.Textarea(attrs={"rows": 8, "cols": 90}), max_length=MAX_TICKET_BYTES,
+                             help_text="What the troubleshooter should investigate (1-8192 bytes). "
+                                       "Prefilled from the case; edit it freely.")
+
+
+def case_ticket(case: Case) -> str:
+    return f"{case.title}\n\n{case.description}".strip()
+
+
+def launch_view(modeladmin: admin.ModelAdmin, request: HttpRequest, case_id: int) -> HttpResponse:
+    """``/admin/skald/case/<id>/launch/``: the ticket form (prefilled from the case), then the run page."""
+    case = get_object_or_404(Case, pk=case_id)
+    if not may_launch(request):
+        raise PermissionDenied
+    form = LaunchForm(request.POST if request.method == "POST" else None, initial={"ticket": case_ticket(case)})
+    if form.is_valid():
+        try:
+            ticket = parse_ticket({"ticket": form.cleaned_data["ticket"]})
+            run, _ = run_services.run_launch(user=_admin_user(request), case_id=case.pk, ticket=ticket,
+                                             launch_key=new_token())
+        except SkaldError as exc:
+            form.add_error("ticket", f"{exc.message} ({exc.code})")
+        else:
+            modeladmin.message_user(request, f"Launched run #{run.pk}; it runs on a worker.", messages.SUCCESS)
+            return HttpResponseRedirect(reverse("admin:skald_run_change", args=[run.pk]))
+    return TemplateResponse(request, "admin/skald/launch_gdl.html",
+                            {**modeladmin.admin_site.each_context(request), "case": case, "form": form,
+                             "opts": modeladmin.opts, "title": f"Launch a GDL run on “{case.title}”"})
 
 
 @admin.action(description="Launch GDL run")
@@ -46,93 +85,119 @@ def launch_gdl_run(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset:
     if queryset.count() != 1:
         modeladmin.message_user(request, "Select exactly one case to launch a run on.", messages.WARNING)
         return None
-    case = queryset.get()
-    from skald.core.roles import Role, has_role
-
-    if not (has_role(request.user, Role.WORKFLOW) and request.user.has_perm("skald.write_case")):
-        modeladmin.message_user(request, "Launching needs the workflow role and the case write permission.",
-                                messages.ERROR)
-        return None
-    form = LaunchForm(request.POST if "confirm" in request.POST else None)
-    if form.is_valid():
-        try:
-            ticket = parse_ticket({"ticket": form.cleaned_data["ticket"]})
-            run, _ = run_services.run_launch(user=_admin_user(request), case_id=case.pk, ticket=ticket,
-                                             launch_key=new_token())
-        except SkaldError as exc:
-            modeladmin.message_user(request, f"{exc.code}: {exc.message}", messages.ERROR)
-            return None
-        modeladmin.message_user(request, f"Launched run #{run.pk}; it runs on a worker.", messages.SUCCESS)
-        return HttpResponseRedirect(reverse("admin:skald_run_change", args=[run.pk]))
-    return TemplateResponse(request, "admin/skald/launch_gdl.html",
-                            {**modeladmin.admin_site.each_context(request), "case": case, "form": form,
-                             "title": "Launch a GDL run"})
+    return HttpResponseRedirect(reverse("admin:skald_case_launch", args=[queryset.get().pk]))
 
 
-def _summary(event: SessionEvent) -> str:
-    payload = event.payload or {}
-    if event.kind in ("user", "assistant"):
-        calls = ", ".join(f"{c['name']}({c['arguments'][:120]})" for c in payload.get("tool_calls", []))
-        text = payload.get("content", "")
-        return (text[:1500] + (f"\n→ calls: {calls}" if calls else "")).strip()
-    if event.kind == "tool_result":
-        return f"[{payload.get('status')}] {payload.get('name')}: {payload.get('content', '')[:1500]}"
-    return json.dumps(payload, ensure_ascii=False)[:600]
+def _opens(request: HttpRequest, site: admin.AdminSite, model: type[Model]) -> bool:
+    model_admin = site._registry.get(model)
+    return bool(model_admin and model_admin.has_view_permission(request))
 
 
-RUN_FIELDS = ("case", "session", "ticket", "launched_by", "status", "outcome", "handoff_question", "closed_by_human",
-              "created_at", "finished_at", "receipt_view", "approvals_view", "proposals_view", "timeline")
+def banner(run: Run, pending: list[PendingApproval], *, approvals_open: bool) -> dict[str, Any]:
+    """What the run waits for, in one sentence, with the link that answers it."""
+    links = [(f"{a.tool} ({a.batch})",
+              reverse("admin:approvals_pendingapproval_change", args=[a.pk]) if approvals_open else "")
+             for a in pending]
+    if run.status == RunStatus.AWAITING_HUMAN:
+        text = "Waiting for an approver to answer " + ("these calls:" if len(links) > 1 else "this call:")
+        return {"tone": "", "text": text, "links": links}
+    if run.status == RunStatus.HANDOFF:
+        return {"tone": "", "text": f"Handed to a human: {run.handoff_question or 'the agent is stuck'}. "
+                                    "Answer with the handoff decision (workflow API).", "links": []}
+    if run.status == RunStatus.QUEUED:
+        return {"tone": "live", "text": "Queued: waiting for a worker to pick the run up.", "links": []}
+    if run.status == RunStatus.RUNNING:
+        return {"tone": "live", "text": "Running: the agent is working; this page follows it.", "links": []}
+    if run.status == RunStatus.COMPLETED:
+        return {"tone": "done", "text": f"Completed ({run.outcome or 'done'}).", "links": []}
+    return {"tone": "bad", "text": f"{run.get_status_display()} ({run.outcome or 'no outcome'}).", "links": []}
 
 
 class RunAdmin(ReadOnlyAdmin):
-    list_display = ["id", "case", "status", "outcome", "launched_by", "created_at", "finished_at"]
+    list_display = ["id", "case", "status_pill", "outcome", "launched_by", "created_at", "finished_at"]
+    list_display_links = ["id"]
     list_filter = ["status"]
-    search_fields = ["ticket"]
+    list_select_related = ["case", "launched_by"]
+    search_fields = ["ticket", "case__title"]
     actions = ["stop_runs"]
-    fields = RUN_FIELDS
-    readonly_fields = RUN_FIELDS
+    change_form_template = "admin/skald/run/change.html"
 
-    def get_urls(self) -> list[Any]:
-        extra = [path("<int:run_id>/replay-verify/", self.admin_site.admin_view(self.replay_verify_view),
-                      name="skald_run_replay_verify")]
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # A run is the context of every approval and proposal: each governance role may read it.
+        return has_role(request.user, *READERS) or super().has_view_permission(request, obj)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self.has_view_permission(request)
+
+    def has_stop_permission(self, request: HttpRequest) -> bool:
+        return may_launch(request)
+
+    @admin.display(description="status", ordering="status")
+    def status_pill(self, run: Run) -> str:
+        return format_html('<span class="status status-{}">{}</span>', run.status, run.get_status_display())
+
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        extra = [path("<int:run_id>/replay-verify/", wrap(self.replay_verify_view), name="skald_run_replay_verify"),
+                 path("<int:run_id>/live/", wrap(self.live_view), name="skald_run_live")]
         return extra + super().get_urls()
 
-    @admin.display(description="Receipt")
-    def receipt_view(self, run: Run) -> SafeString:
-        verify = reverse("admin:skald_run_replay_verify", args=[run.pk])
-        receipt = json.dumps(run.receipt, indent=2) if run.receipt else "(none yet)"
-        return format_html('<pre>{}</pre><a class="button" href="{}" id="replay-verify">Replay-verify</a>',
-                           receipt, verify)
+    def run_context(self, request: HttpRequest, run: Run) -> dict[str, Any]:
+        """One read for the page and its live fragment."""
+        approvals = list(PendingApproval.objects.filter(session_id=run.session_id)
+                         .select_related("resolved_by", "tool_call").order_by("tool_call_id"))
+        approvals_open = _opens(request, self.admin_site, PendingApproval)
+        # Events name a call by its key; the approval page is found through the call's row.
+        urls = {approval.tool_call.call_key: reverse("admin:approvals_pendingapproval_change", args=[approval.pk])
+                for approval in approvals} if approvals_open else {}
+        events = list(SessionEvent.objects.filter(session_id=run.session_id).order_by("seq")[:TIMELINE_LIMIT])
+        labels = {str(e.payload.get("by", "")) for e in events if e.kind == "control:approval_resolved"}
+        ids = [label.split(":", 1)[1] for label in labels if label.startswith("user:") and label[5:].isdigit()]
+        names = {f"user:{pk}": name for pk, name in
+                 get_user_model().objects.filter(pk__in=ids).values_list("pk", "username")} if ids else {}
+        pending = [a for a in approvals if a.status == ApprovalStatus.PENDING]
+        proposals = list(Proposal.objects.filter(run=run).order_by("id"))
+        return {
+            "run": run,
+            "banner": banner(run, pending, approvals_open=approvals_open),
+            "lines": timeline_lines(events, agent=run.session.agent, user=run.launched_by.get_username(),
+                                    approval_urls=urls, names=names),
+            "receipt": receipt_rows(run.receipt),
+            "approvals": approvals,
+            "approvals_open": approvals_open,
+            "proposals": proposals,
+            "proposals_open": _opens(request, self.admin_site, Proposal),
+            "case_open": _opens(request, self.admin_site, Case),
+            "last_seq": run.session.last_seq,
+        }
 
-    @admin.display(description="Approvals")
-    def approvals_view(self, run: Run) -> SafeString:
-        rows = PendingApproval.objects.filter(session_id=run.session_id).select_related("resolved_by")
-        items = [format_html('<li><a href="{}">{} {}</a> — {}{}</li>',
-                             reverse("admin:approvals_pendingapproval_change", args=[a.pk]), a.tool, a.batch,
-                             a.status, f" by {a.resolved_by}" if a.resolved_by else "") for a in rows]
-        return mark_safe("<ul>" + "".join(items) + "</ul>") if items else mark_safe("(none)")  # noqa: S308
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        run = get_object_or_404(Run.objects.select_related("case", "session", "launched_by"),
+                                pk=object_id if str(object_id).isdigit() else 0)
+        if not self.has_view_permission(request, run):
+            raise PermissionDenied
+        context = {**self.admin_site.each_context(request), "opts": self.opts, "original": run,
+                   "title": f"Run #{run.pk} on “{run.case.title}”", "can_stop": self.has_stop_permission(request)
+                   and run.status not in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELED),
+                   **self.run_context(request, run), **(extra_context or {})}
+        return TemplateResponse(request, self.change_form_template, context)
 
-    @admin.display(description="Proposals")
-    def proposals_view(self, run: Run) -> SafeString:
-        items = [format_html('<li><a href="{}">{}</a> — {}</li>',
-                             reverse("admin:proposals_proposal_change", args=[p.pk]), p.title, p.status)
-                 for p in Proposal.objects.filter(run=run)]
-        return mark_safe("<ul>" + "".join(items) + "</ul>") if items else mark_safe("(none)")  # noqa: S308
+    def live_view(self, request: HttpRequest, run_id: int) -> HttpResponse:
+        run = get_object_or_404(Run.objects.select_related("case", "session", "launched_by"), pk=run_id)
+        if not self.has_view_permission(request, run):
+            raise PermissionDenied
+        return TemplateResponse(request, "admin/skald/run/live.html", self.run_context(request, run))
 
-    @admin.display(description="Event timeline")
-    def timeline(self, run: Run) -> SafeString:
-        events = SessionEvent.objects.filter(session_id=run.session_id).order_by("seq")[:TIMELINE_LIMIT]
-        rows = [{"seq": e.seq, "kind": e.kind, "css": e.kind.replace(":", "-"), "summary": _summary(e),
-                 "at": e.created_at} for e in events]
-        return mark_safe(render_to_string("admin/skald/run_timeline.html", {"events": rows}))  # noqa: S308
-
-    @admin.action(description="Stop selected runs")
+    @admin.action(description="Stop selected runs", permissions=["stop"])
     def stop_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
         for run in queryset:
             run_services.run_stop(user=_admin_user(request), run=run)
         self.message_user(request, f"Stop requested for {queryset.count()} run(s).", messages.SUCCESS)
 
     def replay_verify_view(self, request: HttpRequest, run_id: int) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
         report = replay_verify_run(run_id=run_id)
         level = messages.SUCCESS if report.ok else messages.ERROR
         text = f"Replay-verify: {'ok' if report.ok else 'MISMATCH'} — {report.exchanges} exchanges, " \

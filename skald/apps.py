@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.contrib.admin import apps as admin_apps
 
 
 class SkaldConfig(AppConfig):
@@ -9,3 +10,11 @@ class SkaldConfig(AppConfig):
         from skald import checks, wiring  # noqa: F401  (checks register themselves)
 
         wiring.install()
+
+
+class SkaldAdminConfig(admin_apps.AdminConfig):
+    """``django.contrib.admin`` with Skald's site as the default one (named in INSTALLED_APPS)."""
+
+    default = False  # SkaldConfig stays this module's default app config
+
+    default_site = "skald.admin_site.SkaldAdminSite"

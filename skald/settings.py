@@ -30,7 +30,7 @@ CSRF_TRUSTED_ORIGINS = envlist("SKALD_CSRF_TRUSTED_ORIGINS")
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "skald.apps.SkaldAdminConfig",  # django.contrib.admin with Skald's site (name, role homes)
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -111,9 +111,13 @@ if REDIS_URL:
         "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    # No service: worker → daphne wakes and live deltas travel as local datagrams (see the module).
+    CHANNEL_LAYERS = {"default": {"BACKEND": "skald.core.channel_layer.LocalFanoutChannelLayer",
+                                  "CONFIG": {"directory": str(VAR_DIR / "channels")}}}
 
 SKALD_TASK_TIMEOUT = envint("SKALD_Q_TIMEOUT", 900, minimum=30)
+# The demo playbook streams its answers word by word, this many ms apart (0: all at once).
+SKALD_PLAYBOOK_WORD_PAUSE_MS = envint("SKALD_PLAYBOOK_WORD_PAUSE_MS", 20, minimum=0)
 # A claim older than any task may run belongs to a worker that died: its turn is repaired (R3).
 SKALD_CLAIM_STALE_SECONDS = SKALD_TASK_TIMEOUT + 60
 # A claim is a lease its driver renews; once it lapses, the sweep or a wake-up recovers the turn (R2).

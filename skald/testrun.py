@@ -21,9 +21,10 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-# pytest-xdist: one worker per core. `load` hands each worker tests in collection order, which
-# pytest-django sorted so that flushing (transactional) tests come after the rest on every worker.
-PARALLEL = ["-n", os.environ.get("SKALD_TEST_WORKERS", "auto"), "--dist", "load"]
+# pytest-xdist: one worker per core. `loadgroup` hands each worker tests in collection order, which
+# pytest-django sorted so that flushing (transactional) tests come after the rest on every worker;
+# a module marked xdist_group (the ordered browser journeys on one stack) stays on one worker.
+PARALLEL = ["-n", os.environ.get("SKALD_TEST_WORKERS", "auto"), "--dist", "loadgroup"]
 _timings: list[tuple[str, float]] = []
 
 

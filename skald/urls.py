@@ -20,6 +20,8 @@ api_patterns: list[URLPattern | URLResolver] = [
 ]
 
 urlpatterns = [
+    path("", views.landing, name="landing"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("admin/", admin.site.urls),
     path("console/", console, name="console"),
     path("healthz", views.healthz, name="healthz"),

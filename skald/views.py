@@ -5,12 +5,26 @@ from __future__ import annotations
 import hmac
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.templatetags.static import static
+from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from skald import metrics
 from skald.core.api.exceptions import error_body
 from skald.readiness import readiness_report
+
+
+@require_GET
+def landing(request: HttpRequest) -> HttpResponseRedirect:
+    """``/``: Skald's home is the admin (it sends a visitor to its login first)."""
+    return HttpResponseRedirect(reverse("admin:index"))
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponseRedirect:
+    """Browsers ask for ``/favicon.ico`` before reading a page's ``<link rel=icon>``."""
+    return HttpResponseRedirect(static("skald/favicon.svg"))
 
 
 @require_GET

@@ -9,7 +9,9 @@ since that message). It drives real tools, so the demo shows real turns, calls a
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+import re
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from loop.cancellation import CancelToken
@@ -39,11 +41,20 @@ def _render(value: Any, variables: Mapping[str, str]) -> Any:
     return value
 
 
+WORD = re.compile(r"\S+\s*|\s+")
+
+
 class PlaybookProvider:
+    """Answers stream word by word (``word_pause`` seconds apart, through the injected ``sleep``)
+    so that a newcomer watching the console sees a turn arrive as a real model's would."""
+
     name = "playbook"
 
-    def __init__(self, playbook: Sequence[Mapping[str, Any]]) -> None:
+    def __init__(self, playbook: Sequence[Mapping[str, Any]], *, word_pause: float = 0.0,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.playbook = list(playbook)
+        self.word_pause = word_pause
+        self.sleep = sleep
 
     def stream(self, request: ProviderRequest, *, cancel: CancelToken) -> Iterator[Delta]:
         if cancel.cancelled:
@@ -52,7 +63,19 @@ class PlaybookProvider:
         deltas = self._step(step_index, variables)
         usage_in = sum(len(m.content) for m in request.messages) // 4 + len(request.system) // 4
         usage_out = sum(len(getattr(d, "text", "") or getattr(d, "arguments", "")) for d in deltas) // 4 + 1
-        return iter([*deltas, UsageDelta(usage_in, usage_out), MessageEnd(self._finish(deltas))])
+        return self._words([*deltas, UsageDelta(usage_in, usage_out), MessageEnd(self._finish(deltas))], cancel)
+
+    def _words(self, deltas: list[Delta], cancel: CancelToken) -> Iterator[Delta]:
+        for delta in deltas:
+            if not isinstance(delta, TextDelta):
+                yield delta
+                continue
+            for index, word in enumerate(WORD.findall(delta.text)):
+                if index and self.word_pause:
+                    self.sleep(self.word_pause)
+                    if cancel.cancelled:  # a stop lands between words, as it would mid-stream
+                        raise ProviderError("canceled", code="provider_canceled")
+                yield TextDelta(word)
 
     @staticmethod
     def _finish(deltas: list[Delta]) -> str:

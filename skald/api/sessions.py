@@ -30,6 +30,8 @@ class SessionSerializer(serializers.ModelSerializer):
 class SessionCreateSerializer(serializers.Serializer):
     agent = serializers.SlugField(required=False, max_length=64)
     title = serializers.CharField(required=False, allow_blank=True, max_length=200)
+    case = serializers.IntegerField(
+        required=False, min_value=1, help_text="Attach the session to this case (operators): its tools read its logs.")
 
 
 class ExchangeSerializer(serializers.ModelSerializer):
@@ -78,12 +80,14 @@ class SessionListCreate(APIView):
 
     @extend_schema(operation_id="session_create", summary="Open a session with an agent",
                    request=SessionCreateSerializer,
-                   responses={201: SessionSerializer, **error_responses(_400=("invalid", "agent_unknown"))})
+                   responses={201: SessionSerializer, **error_responses(
+                       _400=("invalid", "agent_unknown", "case_unknown"), _403="case_forbidden")})
     def post(self, request: Request) -> Response:
         body = SessionCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         session = services.session_create(user=caller(request), agent=body.validated_data.get("agent"),
-                                          title=body.validated_data.get("title", ""))
+                                          title=body.validated_data.get("title", ""),
+                                          case_id=body.validated_data.get("case"))
         return Response(SessionSerializer(session).data, status=status.HTTP_201_CREATED)
 
 

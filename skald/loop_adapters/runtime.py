@@ -11,8 +11,9 @@ from django.conf import settings
 from loop.bounds import Bounds
 from loop.driver import LoopEnv
 from loop.errors import HarnessError
+from loop.events import EventKind
 from loop.hooks import LoopHooks
-from loop.models import Session
+from loop.models import Session, SessionEvent
 from loop.ports import AgentSpec, Gate, TurnScope
 from loop.providers.base import LlmProvider
 from loop.providers.playbook import PlaybookProvider
@@ -52,7 +53,7 @@ def provider_for(agent: AgentSpec) -> LlmProvider:
         raise HarnessError("the GDL provider profile is invalid", code="provider_profile_invalid")
     client = agent.client or ("openai_compat" if status == "configured" else "playbook")
     if client == "playbook":
-        return PlaybookProvider(agent.playbook)
+        return PlaybookProvider(agent.playbook, word_pause=settings.SKALD_PLAYBOOK_WORD_PAUSE_MS / 1000)
     if client == "openai_compat":
         profile = provider_config.provider_profile()
         if profile is None:
@@ -75,9 +76,14 @@ def deployment_bounds() -> Bounds:
 
 
 def session_extras(session: Session) -> dict[str, Any]:
-    """What a session's tools may know about its run: the case (``read_logs``) and the run."""
+    """What a session's tools may know about its run: the case (``read_logs``) and the run. A
+    console session has no run; its case is the latest it was attached to (a ``control:note``)."""
     run = Run.objects.filter(session_id=session.pk).values("pk", "case_id").first()
-    return {"case_id": run["case_id"], "run_id": run["pk"]} if run is not None else {}
+    if run is not None:
+        return {"case_id": run["case_id"], "run_id": run["pk"]}
+    notes = SessionEvent.objects.filter(session_id=session.pk, kind=EventKind.NOTE).order_by("-seq")
+    attached = next((n.payload["attached_case"] for n in notes[:20] if "attached_case" in (n.payload or {})), None)
+    return {"case_id": attached} if attached else {}
 
 
 def build_env(session: Session, *, exchange_id: int = 0, hooks: LoopHooks | None = None) -> LoopEnv:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from loop.models import Exchange, Session, SessionEvent
 from skald.core.errors import NotFound
@@ -18,9 +18,14 @@ def may_converse(user: AbstractBaseUser) -> bool:
 
 
 def sessions_visible_to(user: AbstractBaseUser) -> QuerySet[Session]:
+    """Operators see every session; approvers also every session that parked a call for approval
+    (so they can answer on its card); everyone their own."""
     sessions = Session.objects.all()
     if has_role(user, Role.OPERATOR):
         return sessions
+    if has_role(user, Role.APPROVER):
+        # A lookup through the reverse relation by name: the product core imports no feature.
+        return sessions.filter(Q(owner_id=user.pk) | Q(approvals__isnull=False)).distinct()
     return sessions.filter(owner_id=user.pk)
 
 

@@ -11,15 +11,18 @@ from django.db.models import QuerySet
 
 from loop.driver import InputRefused, admit_exchange
 from loop.errors import AdmissionRefused, HarnessError, HookError, PayloadTooLarge
+from loop.events import EventKind
 from loop.models import Exchange, ExchangeStatus, Session
 from loop.recovery import repair_dangling
 from skald.core import clock
 from skald.core.errors import Conflict, SkaldError
 from skald.core.ids import new_token
+from skald.core.roles import Role, has_role
 from skald.loop_adapters.catalog import AgentRowCatalog
 from skald.loop_adapters.runtime import build_env
 from skald.loop_adapters.store import kernel_store
 from skald.loop_adapters.work import work_on_commit
+from skald.models import Case
 from skald.sessions.parked import stop_unheld
 
 DEFAULT_AGENT = "troubleshooter"
@@ -27,15 +30,40 @@ MAX_MESSAGE_BYTES = 64 * 1024
 
 
 def session_create(
-    *, user: AbstractBaseUser, agent: str | None = None, source: str = "web", title: str = ""
+    *, user: AbstractBaseUser, agent: str | None = None, source: str = "web", title: str = "",
+    case_id: int | None = None,
 ) -> Session:
+    """A new session; with ``case_id`` it is attached to that case (its tools read the case's logs)."""
     name = agent or DEFAULT_AGENT
     try:
         AgentRowCatalog().get(name)
     except HarnessError as exc:
         raise SkaldError(str(exc), code="agent_unknown", http_status=400) from None
-    return kernel_store().create_session(owner_id=user.pk, agent=name, source=source, title=title,
-                                         principal=f"user:{user.pk}")
+    if case_id is not None:
+        _check_case(user=user, case_id=case_id)
+    with transaction.atomic():
+        session = kernel_store().create_session(owner_id=user.pk, agent=name, source=source, title=title,
+                                                principal=f"user:{user.pk}")
+        if case_id is not None:
+            session_attach_case(user=user, session=session, case_id=case_id)
+    return session
+
+
+def _check_case(*, user: AbstractBaseUser, case_id: int) -> None:
+    if not has_role(user, Role.OPERATOR):
+        raise SkaldError("Only operators attach sessions to cases.", code="case_forbidden", http_status=403)
+    if not Case.objects.filter(pk=case_id).exists():
+        raise SkaldError("No such case.", code="case_unknown", http_status=400)
+
+
+def session_attach_case(*, user: AbstractBaseUser, session: Session, case_id: int) -> None:
+    """Attach a console session to a case, as an audited ``control:note`` in its narrative (rows
+    are never mutated; the latest attachment counts). Its tools then read that case's logs."""
+    _check_case(user=user, case_id=case_id)
+    kernel_store().append_event(
+        session_id=session.pk, kind=EventKind.NOTE, payload={"attached_case": case_id},
+        key=f"s{session.pk}:case:{case_id}:{new_token()}", principal=f"user:{user.pk}",
+    )
 
 
 def session_message_submit(

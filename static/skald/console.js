@@ -1,91 +1,182 @@
 // The console: REST for commands, the session websocket for everything that happened.
 // The websocket replays from `after=<last seq>` on reconnect, so nothing durable is missed.
+// Approval cards match the viewer: an approver answers on the card; anyone else sees who will.
 (function () {
+  "use strict";
   const csrf = () => (document.cookie.match(/csrftoken=([^;]+)/) || [])[1] || "";
   const api = (path, options = {}) => fetch(path, {
     credentials: "same-origin",
     headers: {"Content-Type": "application/json", "X-CSRFToken": csrf(), ...(options.headers || {})},
     ...options,
-  }).then(async (r) => ({status: r.status, body: await r.json().catch(() => ({}))}));
+  }).then(async (r) => ({status: r.status, ok: r.ok, body: await r.json().catch(() => ({}))}));
   const $ = (id) => document.getElementById(id);
+  const canResolve = document.body.dataset.canResolve === "1";
   let session = null, socket = null, lastSeq = 0;
+  const cards = new Map();  // request_id → card element
 
-  function text(node, value) { node.textContent = value; return node; }
-  function el(tag, cls, value) { const n = document.createElement(tag); if (cls) n.className = cls; if (value !== undefined) text(n, value); return n; }
+  function el(tag, cls, value) {
+    const n = document.createElement(tag);
+    if (cls) n.className = cls;
+    if (value !== undefined) n.textContent = value;
+    return n;
+  }
+  function problem(body, status) { return body && body.message ? `${body.code}: ${body.message}` : `HTTP ${status}`; }
+
+  // Keep the newest line in view, unless the reader scrolled up to read.
+  function append(node) {
+    const box = $("events"), atEnd = box.scrollHeight - box.scrollTop - box.clientHeight < 80;
+    box.appendChild(node);
+    if (atEnd) box.scrollTop = box.scrollHeight;
+  }
 
   function diff(preview) {
     const pre = el("pre");
     for (const line of (preview || "").split("\n")) {
       const header = line.startsWith("+++") || line.startsWith("---");
-      const span = el("span", header ? "" : line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : "", line + "\n");
-      pre.appendChild(span);
+      pre.appendChild(el("span", header ? "" : line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : "", line || " "));
     }
     return pre;
   }
 
+  function setState(card, cls, text) {
+    card.classList.remove("waiting");
+    if (cls) card.classList.add(cls);
+    card.querySelector(".state").textContent = text;
+    const actions = card.querySelector(".actions");
+    if (actions) actions.remove();
+  }
+
   function approvalCard(event) {
-    const p = event.payload, card = el("div", "card");
-    card.appendChild(el("div", "", `Approval needed: ${p.tool || p.name} (${p.key})`));
-    if (p.handoff) { card.appendChild(el("div", "", `Question for a human: ${p.question}`)); return card; }
-    card.appendChild(diff(p.preview));
-    const reason = el("input"); reason.placeholder = "reason"; card.appendChild(reason);
-    for (const decision of ["approve", "reject"]) {
-      const b = el("button", "", decision);
-      b.onclick = () => socket && socket.send(JSON.stringify({type: "approval.resolve", request_id: p.request_id, decision, reason: reason.value}));
-      card.appendChild(b);
+    const p = event.payload, card = el("div", "card waiting");
+    card.dataset.requestId = p.request_id || "";
+    card.appendChild(el("h4", "", `Approval needed: ${p.tool || p.name} (${p.key})`));
+    if (p.handoff) card.appendChild(el("div", "", `Question for a human: ${p.question}`));
+    else card.appendChild(diff(p.preview));
+    if (canResolve && p.request_id) {
+      const actions = el("div", "actions"), reason = el("input");
+      reason.placeholder = "reason (required to reject)";
+      actions.appendChild(reason);
+      for (const decision of ["approve", "reject"]) {
+        const b = el("button", decision, decision === "approve" ? "Approve" : "Reject");
+        b.onclick = () => {
+          card.querySelector(".error").textContent = "";
+          if (!socket || socket.readyState !== WebSocket.OPEN) { card.querySelector(".error").textContent = "Not connected; retrying…"; return; }
+          actions.querySelectorAll("button").forEach((x) => { x.disabled = true; });
+          socket.send(JSON.stringify({type: "approval.resolve", request_id: p.request_id, decision, reason: reason.value}));
+        };
+        actions.appendChild(b);
+      }
+      card.appendChild(actions);
     }
+    card.appendChild(el("div", "state", canResolve ? "" : "Waiting for an approver."));
+    card.appendChild(el("div", "error"));
+    if (p.request_id) cards.set(p.request_id, card);
     return card;
+  }
+
+  function resolved(p) {
+    const card = cards.get(p.request_id);
+    if (!card) return;
+    const by = p.by ? ` by ${p.by}` : "", why = p.reason ? ` — “${p.reason}”` : "";
+    const cls = p.status === "approved" ? "resolved" : p.status === "cancelled" ? "cancelled" : "rejected";
+    setState(card, cls, `${p.status}${by}${why}`);
   }
 
   function show(event) {
     if (event.seq) lastSeq = Math.max(lastSeq, event.seq);
     const p = event.payload || {};
-    if (event.type === "turn.delta") { $("live").textContent += event.text; return; }
-    if (event.type === "approval.accepted" || event.type === "stop.accepted") { $("status").textContent = event.type; return; }
-    if (event.type === "error") { $("status").textContent = `${event.code}: ${event.message}`; return; }
+    if (event.type === "turn.delta") { $("live").textContent += event.text || ""; return; }
+    if (event.type === "approval.accepted") {
+      const card = cards.get(event.request_id);
+      if (card) card.querySelector(".state").textContent = `Sent: ${event.status}. The run continues.`;
+      load();  // the session's "approval waiting" badge
+      return;
+    }
+    if (event.type === "stop.accepted") { $("status").textContent = "Stop requested."; return; }
+    if (event.type === "error") {
+      const card = event.request_id && cards.get(event.request_id);
+      if (card) {
+        card.querySelector(".error").textContent = `${event.message} (${event.code})`;
+        card.querySelectorAll(".actions button").forEach((x) => { x.disabled = false; });
+      } else $("status").textContent = `${event.code}: ${event.message}`;
+      return;
+    }
+    if (event.kind === "control:approval_resolved") resolved(p);
+    if (event.kind === "canceled") {
+      cards.forEach((card) => { if (card.classList.contains("waiting")) setState(card, "cancelled", "Cancelled: the exchange was stopped."); });
+    }
+    if (event.kind && event.kind.startsWith("control:") && !["control:approval_requested", "control:approval_resolved", "control:exchange_settled", "control:handoff"].includes(event.kind)) return;
     const li = el("li");
     li.appendChild(el("span", "kind", event.kind || event.type));
     if (event.kind === "user") li.appendChild(el("span", "user", p.content));
     else if (event.kind === "assistant") {
       $("live").textContent = "";
-      li.appendChild(el("span", "assistant", p.content + (p.tool_calls || []).map((c) => `\n→ ${c.name}(${c.arguments})`).join("")));
+      li.appendChild(el("span", "assistant", (p.content || "") + (p.tool_calls || []).map((c) => `\n→ ${c.name}(${c.arguments})`).join("")));
     } else if (event.kind === "tool_result") li.appendChild(el("span", "tool", `[${p.status}] ${p.name}: ${p.content}`));
     else if (event.kind === "control:approval_requested") li.appendChild(approvalCard(event));
+    else if (event.kind === "control:approval_resolved") li.appendChild(el("span", "tool", `${p.status} by ${p.by || "?"}${p.reason ? ` — “${p.reason}”` : ""}`));
+    else if (event.kind === "control:exchange_settled") { li.appendChild(el("span", "tool", `exchange ended: ${p.outcome}`)); $("status").textContent = `Exchange ended: ${p.outcome}`; }
     else li.appendChild(el("span", "tool", JSON.stringify(p)));
-    $("events").appendChild(li);
-    if (event.kind === "control:exchange_settled") $("status").textContent = `exchange ended: ${p.outcome}`;
+    append(li);
   }
 
   function connect() {
-    if (socket) socket.close();
+    if (socket) { socket.onclose = null; socket.close(); }
     const scheme = location.protocol === "https:" ? "wss" : "ws";
-    socket = new WebSocket(`${scheme}://${location.host}/ws/sessions/${session}/?after=${lastSeq}`);
+    const current = session;
+    socket = new WebSocket(`${scheme}://${location.host}/ws/sessions/${current}/?after=${lastSeq}`);
     socket.onmessage = (m) => show(JSON.parse(m.data));
-    socket.onclose = () => setTimeout(() => session && connect(), 1000);
+    socket.onclose = (e) => {
+      if (session !== current) return;
+      if (e.code >= 4400 && e.code < 4500) { $("status").textContent = `This session cannot be opened (${e.code}).`; return; }
+      setTimeout(() => session === current && connect(), 1000);
+    };
   }
 
   function open(id) {
-    session = id; lastSeq = 0; $("events").innerHTML = ""; $("status").textContent = `session ${id}`;
+    session = id; lastSeq = 0; cards.clear(); $("events").innerHTML = ""; $("live").textContent = "";
+    $("status").textContent = `Session #${id}`;
     document.querySelectorAll("#sessions li").forEach((li) => li.classList.toggle("current", li.dataset.id == id));
     connect();
   }
 
   async function load() {
-    const {body} = await api("/api/sessions/");
+    const {status, ok, body} = await api("/api/sessions/");
     $("sessions").innerHTML = "";
+    if (!ok || !Array.isArray(body)) { $("sessions-note").textContent = `Sessions unavailable: ${problem(body, status)}`; return; }
+    $("sessions-note").textContent = body.length ? "" : "No session yet.";
+    let waiting = new Set();
+    if (canResolve) {
+      const pending = await api("/api/approvals/?status=pending");
+      if (pending.ok && Array.isArray(pending.body)) waiting = new Set(pending.body.map((a) => a.session));
+    }
     for (const s of body) {
-      const li = el("li", "", `#${s.id} ${s.title || s.agent}`); li.dataset.id = s.id; li.onclick = () => open(s.id);
+      const li = el("li", s.id === session ? "current" : "", `#${s.id} ${s.title || s.agent}`);
+      li.dataset.id = s.id;
+      if (waiting.has(s.id)) li.appendChild(el("span", "badge", "approval waiting"));
+      li.onclick = () => open(s.id);
       $("sessions").appendChild(li);
     }
   }
 
-  $("new-session").onclick = async () => { const {body} = await api("/api/sessions/", {method: "POST", body: "{}"}); await load(); open(body.id); };
+  $("new-session").onclick = async () => {
+    const picked = $("new-case") && $("new-case").value;
+    const r = await api("/api/sessions/", {method: "POST", body: JSON.stringify(picked ? {case: Number(picked)} : {})});
+    if (!r.ok) { $("sessions-note").textContent = problem(r.body, r.status); return; }
+    open(r.body.id);  // first: the composer sends to it at once
+    load();
+  };
   $("composer").onsubmit = async (e) => {
     e.preventDefault(); if (!session) return;
     const r = await api(`/api/sessions/${session}/messages/`, {method: "POST", body: JSON.stringify({content: $("message").value})});
-    $("status").textContent = r.status === 202 ? "sent" : `${r.body.code}: ${r.body.message}`;
+    $("status").textContent = r.status === 202 ? "Sent; the agent is working." : problem(r.body, r.status);
     if (r.status === 202) $("message").value = "";
   };
-  $("stop").onclick = () => session && api(`/api/sessions/${session}/stop/`, {method: "POST"});
+  $("stop").onclick = async () => {
+    if (!session) return;
+    const r = await api(`/api/sessions/${session}/stop/`, {method: "POST"});
+    $("status").textContent = r.ok ? "Stop requested." : problem(r.body, r.status);
+  };
   load();
+  setInterval(load, 5000);  // new sessions and waiting badges
 })();

@@ -239,8 +239,8 @@ def test_the_approve_action_asks_for_a_reason_then_resolves_through_the_service(
     history = client.get(PENDING, {"state": "resolved"}).content.decode()
     assert "carol" in history and "diff reviewed" in history and "require &#x27;write_file&#x27;" in history
     detail = client.get(f"{PENDING}{approval.pk}/change/").content.decode()
-    assert "diff reviewed" in detail and "&quot;tool_pattern&quot;: &quot;write_file&quot;" in detail
-    assert 'id="resolve-form"' not in detail
+    assert "diff reviewed" in detail and "require &#x27;write_file&#x27; @100 (global)" in detail
+    assert 'id="resolve-form"' not in detail and "Nothing else is waiting." in detail
 
 
 @flow

@@ -107,3 +107,49 @@ def test_the_log_still_renders_a_row_tampered_to_an_unknown_kind(client, dave, a
     page = client.get(CHANGELIST)
     assert page.status_code == 200 and b"unknown kind 999" in page.content
     assert b"Chain broken at seq 2:" in client.get(VERIFY).content
+
+
+# --- a log people can read (issue 13) -------------------------------------------------------------
+
+def _appended(actor_user, kind: AuditKind, subject_type: str, subject_id: str, payload: dict) -> None:
+    from audit.actors import Actor
+    from audit.services import audit_append
+
+    audit_append(actor=Actor.user(actor_user), kind=kind, subject_type=subject_type, subject_id=subject_id,
+                 payload=payload)
+
+
+def test_it_shows_names_a_summary_and_finds_rows_by_user_name_kind_words_and_partial_id(client, dave, carol):
+    _appended(carol, AuditKind.APPROVAL_RESOLVED, "approval", "5f0c9a1e-77", {"tool": "write_file",
+                                                                               "decision": "approve"})
+    _appended(dave, AuditKind.CHAIN_HEAD_RECORDED, "system", "chain", {"seq": 1})
+    client.force_login(dave)
+    page = client.get(CHANGELIST).content.decode()
+    assert "<td class=\"field-actor\">carol</td>" in page
+    assert "approval resolved — tool=write_file, decision=approve" in page
+    assert 'id="chain-head-status"' in page and "No head has been recorded yet" in page
+
+    def found(term: str) -> set[str]:
+        return {row.actor_name for row in client.get(CHANGELIST, {"q": term}).context["cl"].result_list}
+
+    assert found("carol") == {"carol"}
+    assert found("approval resolved") == {"carol"}
+    assert found("5f0c9a") == {"carol"}
+    assert found("write_file") == {"carol"}
+
+
+def test_it_exports_the_filtered_rows_as_csv_and_jsonl(client, dave, carol):
+    import csv
+    import io
+    import json
+
+    _appended(carol, AuditKind.APPROVAL_RESOLVED, "approval", "a1", {"tool": "write_file"})
+    _appended(dave, AuditKind.CHAIN_HEAD_RECORDED, "system", "chain", {"seq": 1})
+    client.force_login(dave)
+    jsonl = client.get(CHANGELIST + "export.jsonl", {"q": "carol"})
+    assert jsonl["Content-Type"].startswith("application/x-ndjson")
+    rows = [json.loads(line) for line in b"".join(jsonl.streaming_content).decode().splitlines()]
+    assert [(r["actor_name"], r["kind_label"]) for r in rows] == [("carol", "approvals.approval.resolved")]
+    exported = client.get(CHANGELIST + "export.csv")
+    table = list(csv.DictReader(io.StringIO(b"".join(exported.streaming_content).decode())))
+    assert [r["actor_name"] for r in table] == ["carol", "dave"] and table[0]["hash"]

@@ -58,7 +58,7 @@ def artifacts() -> Path:
     """``test-artifacts/browser/``, emptied of the previous run's screenshots and kept afterwards."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     for old in ARTIFACTS.glob("*.png"):
-        old.unlink()
+        old.unlink(missing_ok=True)  # another xdist worker may have removed it first
     return ARTIFACTS
 
 
@@ -167,7 +167,8 @@ class Admin:
         clip = {"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], MAX_SHOT_HEIGHT), "scale": 1}
         shot = self.driver.execute_cdp_cmd("Page.captureScreenshot",
                                            {"format": "png", "captureBeyondViewport": True, "clip": clip})
-        path = self.artifacts / f"{len(self.shots) + 1:02d}-{step}.png"
+        # Numbered across the session, so every test's shots sort in the order they were taken.
+        path = self.artifacts / f"{len(list(self.artifacts.glob('*.png'))) + 1:02d}-{step}.png"
         path.write_bytes(base64.b64decode(shot["data"]))
         self.shots.append(path)
         return path

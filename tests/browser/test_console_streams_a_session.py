@@ -25,7 +25,7 @@ def test_the_console_streams_a_run_and_resolves_its_approval_from_the_card(
     page.login("approver")  # approvers may converse and answer their own session's approvals
     page.open("/console/")
     page.click("#new-session")
-    page.wait_text("#status", "session", what="a new session to open")
+    page.wait_text("#status", "Session #", what="a new session to open")  # not the initial "Pick … a session."
     page.fill("#message", "Checkout returns 502 after the deploy")
     page.click("#composer button[type=submit]")
     page.wait_text("#events", "Approval needed: write_file", what="the approval card from the worker")
@@ -34,7 +34,7 @@ def test_the_console_streams_a_run_and_resolves_its_approval_from_the_card(
     assert page.driver.find_elements(By.CSS_SELECTOR, ".card pre .add")  # added lines are marked
     page.screenshot("approval-card")
     card.find_element(By.CSS_SELECTOR, "input").send_keys("looks right")
-    card.find_element(By.XPATH, ".//button[text()='approve']").click()
+    card.find_element(By.CSS_SELECTOR, "button.approve").click()
     page.wait_text("#status", "exchange ended: completed", what="the run to finish after the approval")
     events = page.text("#events")
     assert "control:approval_resolved" in events and "Diagnosis written to reports/findings.md" in events

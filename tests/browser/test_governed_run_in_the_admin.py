@@ -30,9 +30,9 @@ PROPOSAL_TITLE = "Troubleshooting finding"
 
 
 def launch_run(admin: Admin, ticket: str, first_shot: str) -> int:
-    """Cases → tick the demo case → "Launch GDL run" → the ticket → Launch; returns the run's id."""
+    """Home → all cases → tick the demo case → "Launch GDL run" → the ticket → Launch; returns the run's id."""
     admin.open("/admin/")
-    admin.click_link("Cases")
+    admin.click_link("All cases →")  # from the operator's home panel
     admin.wait_text("#result_list", DEMO_CASE_TITLE)
     row_of(admin, DEMO_CASE_TITLE).find_element(By.CSS_SELECTOR, "input.action-select").click()
     Select(admin.find("select[name=action]")).select_by_visible_text("Launch GDL run")
@@ -55,13 +55,13 @@ def row_of(admin: Admin, text: str) -> WebElement:
 
 def run_status(admin: Admin) -> str:
     """The run page's status, as its label ("Awaiting Human")."""
-    return admin.text(".field-status .readonly").strip()
+    return admin.text("#run-status").strip()
 
 
 def search_result_row(admin: Admin) -> str | None:
     """The timeline's ``search_knowledge`` tool result, once there is one."""
-    rows = admin.driver.find_elements(By.CSS_SELECTOR, ".skald-timeline tr.kind-tool_result")
-    return next((row.text for row in rows if "search_knowledge" in row.text), None)
+    rows = admin.driver.find_elements(By.CSS_SELECTOR, "#timeline > li")
+    return next((row.text for row in rows if "tool search_knowledge" in row.text), None)
 
 
 def api_run_status(stack: Stack, run_id: int) -> str:
@@ -80,13 +80,13 @@ def test_it_follows_a_governed_run_from_launch_to_reused_knowledge(admin: Admin,
                        what="the run to park for approval")
     first_search = search_result_row(admin)
     assert first_search and "No accepted knowledge matches." in first_search  # nothing accepted yet
-    assert "write_file" in admin.text(".field-approvals_view")
+    assert "write_file" in admin.text("#run-approvals")
     admin.screenshot("run-awaiting-approval")
     admin.logout()
 
     # The approver reads the diff of reports/findings.md and approves it with a reason.
     admin.login("approver")
-    admin.click_link("Pending approvals")
+    admin.click_link("Open the queue →")  # the approver's home panel
     admin.wait_text("#result_list", "write_file")
     admin.screenshot("pending-approvals")
     admin.driver.find_element(By.XPATH, "//table[@id='result_list']//a[text()='write_file']").click()
@@ -105,8 +105,7 @@ def test_it_follows_a_governed_run_from_launch_to_reused_knowledge(admin: Admin,
 
     # The reviewer accepts the run's proposal; it becomes knowledge.
     admin.login("reviewer")
-    admin.click_link("Proposals")
-    admin.click_link("Pending")  # the status filter
+    admin.click_link("Open the review queue →")  # the reviewer's home panel, pending first
     admin.wait_text("#result_list", PROPOSAL_TITLE)
     admin.screenshot("pending-proposals")
     row_of(admin, PROPOSAL_TITLE).find_element(By.CSS_SELECTOR, "th a").click()  # the id links to the page
@@ -126,7 +125,7 @@ def test_it_follows_a_governed_run_from_launch_to_reused_knowledge(admin: Admin,
     admin.login("operator")
     admin.open(f"/admin/skald/run/{run_id}/change/")
     assert run_status(admin) == RunStatus.COMPLETED.label
-    assert "accepted" in admin.text(".field-proposals_view")
+    assert "accepted" in admin.text("#run-proposals").lower()
     admin.screenshot("first-run-completed")
     second_id = launch_run(admin, SECOND_TICKET, "relaunch")
     assert second_id != run_id

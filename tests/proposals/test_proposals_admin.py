@@ -38,7 +38,16 @@ def test_the_queue_lists_pending_proposals_and_the_page_shows_the_evidence(clien
     assert "timeout waiting for connection (pool size 10)" in html and "#5" in html  # a cited event
     assert "create the knowledge entry “connection-pool-exhaustion-causes-checkout-502s” (v1)" in html
     assert "Accept…" in html and "Reject…" in html and 'name="_save"' not in html
-    assert f"subject_type=proposal&amp;subject_id={proposal.pk}" in html  # the audit trail link
+    # The audit trail is a link for audit readers only: bob (a reviewer) would meet a 403 there.
+    assert "subject_type=proposal" not in html
+    assert f'href="/admin/skald/run/{proposal.run_id}/change/"' in html  # the run, which reviewers may read
+
+
+def test_an_auditor_follows_the_proposals_audit_trail(client, dave, pending):
+    proposal = pending()
+    client.force_login(dave)
+    html = client.get(f"{CHANGELIST}{proposal.pk}/change/").content.decode()
+    assert f"subject_type=proposal&amp;subject_id={proposal.pk}" in html
 
 
 def test_the_evidence_is_escaped(client, bob, pending):

@@ -1,0 +1,122 @@
+"""What the approval decision page and "test a call" show: the context of a parked call (case, run,
+ticket, agent, requester), the rule that required approval, the engine's explain trace, the diff,
+and which item comes next. Reads only; the decision itself goes through the service.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import Model
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+
+from approvals.engine import Decision
+from approvals.models import ApprovalRule, ApprovalStatus, PendingApproval
+from approvals.policy import decide
+from skald.models import Case, Run
+
+RESULT_WORDS = {"match": "matches", "no_match": "does not match", "skipped": "skipped (disabled)"}
+
+
+def diff_html(preview: str) -> str:
+    """A unified diff in a ``<pre>``, one block line per diff line, added green and removed red (escaped)."""
+    if not preview:
+        return format_html('<p class="help">{}</p>', "No preview for this call.")
+
+    def css(line: str) -> str:
+        if line.startswith(("+++", "---")):
+            return "diff-file"
+        if line.startswith("@@"):
+            return "diff-hunk"
+        return {"+": "diff-add", "-": "diff-del"}.get(line[:1], "diff-ctx")
+
+    # Spans are display:block, so no newline between them: a "\n" would add a blank line each.
+    lines = format_html_join("", '<span class="{}">{}</span>',
+                             ((css(line), line or " ") for line in preview.splitlines()))
+    return format_html('<pre class="skald-diff">{}</pre>', lines)
+
+
+def rule_sentence(snapshot: Mapping[str, Any]) -> str:
+    """``#12 require 'write_file' @100 (global)`` from a rule or its snapshot."""
+    if not snapshot:
+        return "—"
+    group = snapshot.get("group")
+    name = group.get("name") if isinstance(group, Mapping) else group
+    scope = f"group {name}" if name else "global"
+    return f"#{snapshot.get('id')} {snapshot.get('action')} {snapshot.get('tool_pattern')!r} " \
+           f"@{snapshot.get('priority')} ({scope})"
+
+
+@dataclass
+class TraceRow:
+    rule_set: str
+    rule: str
+    result: str
+    css: str
+    detail: str
+    url: str
+
+
+def trace_rows(decision: Decision, *, rules_open: bool) -> list[TraceRow]:
+    rows = []
+    for entry in decision.trace:
+        rule = entry.rule
+        css = "chosen" if entry.chosen else entry.result
+        result = RESULT_WORDS.get(entry.result, entry.result) + (" — decides its set" if entry.chosen else "")
+        url = reverse("admin:approvals_approvalrule_change", args=[rule.id]) if rules_open and rule.id else ""
+        rows.append(TraceRow(entry.rule_set, rule_sentence(rule.as_dict()), result, css, entry.detail, url))
+    return rows
+
+
+def _opens(request: HttpRequest, site: admin.AdminSite, model: type[Model]) -> bool:
+    model_admin = site._registry.get(model)
+    return bool(model_admin and model_admin.has_view_permission(request))
+
+
+def decision_context(request: HttpRequest, site: admin.AdminSite, approval: PendingApproval) -> dict[str, Any]:
+    run: Run | None = Run.objects.filter(session_id=approval.session_id).select_related("case").first()
+    decision = decide(tool=approval.tool, args=approval.args, user_id=approval.requested_by_id,
+                      agent=approval.session.agent)
+    rules_open = _opens(request, site, ApprovalRule)
+    members = list(PendingApproval.objects.filter(session_id=approval.session_id, batch=approval.batch)
+                   .select_related("resolved_by").order_by("tool_call_id"))
+    return {
+        "run": run,
+        "case": run.case if run else None,
+        "run_url": reverse("admin:skald_run_change", args=[run.pk]) if run and _opens(request, site, Run) else "",
+        "case_url": reverse("admin:skald_case_change", args=[run.case_id]) if run and _opens(request, site, Case)
+        else "",
+        "agent": approval.session.agent,
+        "requester": approval.requested_by.get_username() if approval.requested_by else "—",
+        "rule_text": rule_sentence(approval.rule_snapshot or {}),
+        "rule_note": approval.rule.note if approval.rule is not None else "",
+        "rule_url": reverse("admin:approvals_approvalrule_change", args=[approval.rule_id])
+        if approval.rule_id and rules_open else "",
+        "decision": decision,
+        "trace": trace_rows(decision, rules_open=rules_open),
+        "diff": diff_html(approval.preview),
+        "arguments": json.dumps(approval.args, indent=2, sort_keys=True, ensure_ascii=False),
+        "batch_members": members if len(members) > 1 else [],
+    }
+
+
+def next_pending(*, after: PendingApproval) -> PendingApproval | None:
+    """The queue's head other than ``after``: the same batch first, then the oldest waiting."""
+    pending = PendingApproval.objects.filter(status=ApprovalStatus.PENDING).exclude(pk=after.pk)
+    same_batch = pending.filter(session_id=after.session_id, batch=after.batch).order_by("tool_call_id").first()
+    return same_batch or pending.order_by("created_at", "tool_call_id").first()
+
+
+def queue_signature() -> str:
+    """Changes whenever a call is parked or resolved (ids and states of the pending queue)."""
+    pending = PendingApproval.objects.filter(status=ApprovalStatus.PENDING)
+    ids = list(pending.order_by("pk").values_list("pk", flat=True))
+    latest = PendingApproval.objects.order_by("-pk").values_list("pk", "status").first()
+    return hashlib.sha256(json.dumps([ids, latest]).encode()).hexdigest()[:16]

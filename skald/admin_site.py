@@ -1,0 +1,38 @@
+"""Skald's admin site: its name, a home page per role and the live fragments the pages poll.
+
+The site is the default one (``skald.apps.SkaldAdminConfig``), so every ``admin.register`` in the
+apps lands here. Pages only read: each panel comes from :mod:`skald.admin_home`, which asks the
+selectors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, URLResolver, path
+
+
+class SkaldAdminSite(admin.AdminSite):
+    site_header = "Skald"
+    site_title = "Skald"
+    index_title = "Home"
+    site_url = "/"
+    index_template = "admin/skald/index.html"
+
+    def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
+        from skald.admin_home import home_panels
+
+        return super().index(request, {"panels": home_panels(request), **(extra_context or {})})
+
+    def home_fragment(self, request: HttpRequest) -> HttpResponse:
+        """The home's panels alone, for the page's live refresh."""
+        from skald.admin_home import home_panels
+
+        return TemplateResponse(request, "admin/skald/home_panels.html", {"panels": home_panels(request)})
+
+    def get_urls(self) -> list[URLResolver | URLPattern]:
+        own = [path("home/panels/", self.admin_view(self.home_fragment), name="skald_home_panels")]
+        return own + super().get_urls()

@@ -1,0 +1,46 @@
+"""The run timeline reads as words: one line per event, journal rows folded, children indented."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from loop.models import SessionEvent
+from skald.admin_timeline import receipt_rows, timeline_lines
+
+AT = datetime(2026, 12, 1, 9, 30, 5, tzinfo=UTC)
+
+
+def event(seq: int, kind: str, payload: dict, narrative: str = "") -> SessionEvent:
+    return SessionEvent(seq=seq, kind=kind, payload=payload, narrative=narrative, created_at=AT)
+
+
+def test_it_writes_one_line_per_event_in_words_and_folds_journal_rows() -> None:
+    events = [
+        event(1, "user", {"content": "Checkout 502s", "author": "user:1"}),
+        event(2, "assistant", {"content": "", "turn": 1, "output_tokens": 9, "input_tokens": 50,
+                               "tool_calls": [{"key": "k", "id": "c", "name": "read_logs", "arguments": "{}"}]}),
+        event(3, "control:tool_intent", {"key": "e1:t1:c0", "name": "read_logs"}),
+        event(4, "tool_result", {"key": "e1:t1:c0", "name": "read_logs", "content": "pool exhausted"}),
+        event(5, "control:tool_done", {"key": "e1:t1:c0"}),
+        event(6, "control:approval_resolved", {"status": "approved", "by": "user:3", "reason": "fine"}),
+        event(7, "assistant", {"content": "Done.", "turn": 2}, narrative="child:researcher:"),
+    ]
+    lines = timeline_lines(events, agent="troubleshooter", user="alice", names={"user:3": "carol"})
+    assert [(line.who, line.text) for line in lines] == [
+        ("alice", "Checkout 502s"),
+        ("troubleshooter", "calls read_logs()"),
+        ("tool read_logs", "pool exhausted"),
+        ("carol", "answered the parked call — “fine”"),
+        ("researcher", "Done."),
+    ]
+    assert [sub.seq for sub in lines[1].folded] == [3] and [sub.seq for sub in lines[2].folded] == [5]
+    assert lines[2].outcome == "completed" and lines[3].outcome == "approved"
+    assert [line.depth for line in lines] == [0, 0, 0, 0, 1]
+
+
+def test_a_failed_tool_reads_as_an_error_and_the_receipt_is_a_table() -> None:
+    [line] = timeline_lines([event(1, "tool_result", {"name": "write_file", "content": "denied", "is_error": True})],
+                            agent="a", user="u")
+    assert (line.outcome, line.outcome_css) == ("error", "outcome-error")
+    assert receipt_rows({"turns": 3, "outcome": "completed", "calls": [1, 2]}) == [
+        ("turns", "3"), ("outcome", "completed"), ("calls", "[1, 2]")]
