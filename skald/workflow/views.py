@@ -82,7 +82,8 @@ class GdlLaunchAPI(APIView):
         request=GdlLaunchInput,
         parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=False)],
         responses={200: RunSerializer, 202: RunSerializer, **error_responses(
-            _400=("gdl_request_migrated", "gdl_ticket_invalid", "invalid"), _404="case_not_found",
+            _400=("gdl_request_migrated", "gdl_ticket_invalid", "invalid", "credential_tripwire"),
+            _404="case_not_found",
             _409="gdl_run_terminal", _503="gdl_provider_failed")},
     )
     def post(self, request: Request, case_id: int) -> Response:
@@ -182,7 +183,7 @@ class BackReferral(APIView):
     permission_classes = [roles(Role.OPERATOR)]
 
     @extend_schema(request=BackReferralInput, responses={202: RunSerializer, **error_responses(
-        _400="invalid", _404="run_not_found", _409="run_state_conflict")})
+        _400=("invalid", "credential_tripwire"), _404="run_not_found", _409="run_state_conflict")})
     def post(self, request: Request, run_id: int) -> Response:
         body = BackReferralInput(data=request.data)
         body.is_valid(raise_exception=True)
