@@ -22,3 +22,6 @@ class KnownToolAdmin(ReadOnlyAdmin):
     list_filter = ["category"]
     search_fields = ["name", "description"]
 
+
+# Credential tripwires live in their own module; importing it registers them with this site.
+from approvals import admin_tripwires  # noqa: E402, F401

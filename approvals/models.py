@@ -112,3 +112,46 @@ class PendingApproval(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool} ({self.status})"
+
+
+class TripwirePattern(models.Model):
+    """An organisation's own credential shape (SPEC L16): text it matches never reaches a provider.
+
+    Written only through :mod:`approvals.tripwire_services` (validated, audited).
+    """
+
+    name = models.SlugField(max_length=60, unique=True, help_text="The kind a refusal names: org:<name>.")
+    regex = models.CharField(max_length=500, help_text="A Python regular expression (ASCII classes).")
+    keywords = models.CharField(
+        max_length=200, blank=True,
+        help_text="Comma-separated lowercase words the text must contain for the pattern to run "
+                  "(cheaper on long texts). Empty: it runs on every text.",
+    )
+    enabled = models.BooleanField(default=True)
+    note = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"org:{self.name}"
+
+    @property
+    def keyword_list(self) -> tuple[str, ...]:
+        return tuple(word.strip().lower() for word in self.keywords.split(",") if word.strip())
+
+
+class TripwireAllowEntry(models.Model):
+    """A known-benign pattern: a finding whose matched text contains a match of it is not refused."""
+
+    regex = models.CharField(max_length=500, help_text="A Python regular expression (ASCII classes).")
+    reason = models.CharField(max_length=300, help_text="Why this is not a credential (kept in the audit log).")
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["id"]
+        verbose_name = "tripwire allow-list entry"
+        verbose_name_plural = "tripwire allow-list entries"
+
+    def __str__(self) -> str:
+        return self.regex

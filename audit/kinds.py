@@ -39,6 +39,8 @@ class AuditKind(models.IntegerChoices):
     APPROVAL_EXPIRED = 403, "approvals.approval.expired"
     RULE_CHANGED = 410, "approvals.rule.changed"
     GROUP_CHANGED = 411, "approvals.group.changed"
+    TRIPWIRE_PATTERN_CHANGED = 412, "approvals.tripwire_pattern.changed"
+    TRIPWIRE_ALLOW_CHANGED = 413, "approvals.tripwire_allow.changed"
     KNOWN_TOOL_RECORDED = 420, "approvals.known_tool.recorded"
     # 5xx cases and runs
     CASE_CREATED = 500, "skald.case.created"
@@ -58,6 +60,7 @@ class AuditKind(models.IntegerChoices):
     # 7xx policy
     HOOK_DENIED = 700, "policy.hook.denied"
     BUDGET_ACCOUNTING_INCOMPLETE = 710, "policy.budget.accounting_incomplete"
+    TRIPWIRE_REFUSED = 720, "policy.tripwire.refused"
 
 
 _BY_LABEL = {kind.label: kind for kind in AuditKind}

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bench import tripwires as tripwire_bench
 from bench.kernel import EDGE, TARGET_GROWTH, TARGET_MEDIAN_MS, TURNS, Result, mark
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -152,6 +153,8 @@ def main() -> int:
     print(f"Skald kernel benchmark: {TURNS} one-tool turns per database, loopback provider, real store and "
           f"audit chain.\nPython {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, "
           f"load average {load:.2f} at start.", flush=True)
+    print("\n=== Credential tripwires (SPEC L16, in process, no database) ===", flush=True)
+    print(tripwire_bench.report(), flush=True)
     results: dict[str, Result | str] = {}
     with tempfile.TemporaryDirectory(prefix="skald-bench-") as tmp:
         sqlite_dir = Path(tmp) / "sqlite"

@@ -15,7 +15,13 @@ from loop.models import Exchange
 
 
 class InputRefused(HarnessError):
+    """The input carries a credential; ``kinds`` names them (never the value). Nothing was stored."""
+
     code = "credential_tripwire"
+
+    def __init__(self, kinds: list[str]) -> None:
+        super().__init__(f"the message matches credential tripwires ({', '.join(kinds)}); it was not stored")
+        self.kinds: tuple[str, ...] = tuple(kinds)
 
 
 def run_hook(env: LoopEnv, point: HookPoint, exchange_id: int | None, detail: Mapping[str, Any]) -> None:
@@ -36,7 +42,7 @@ def admit_exchange(
     Returns ``(exchange, replayed)``; a replayed exchange wrote nothing.
 
     Raises:
-        InputRefused: the content matches credential markers (nothing stored).
+        InputRefused: the content matches credential tripwires (nothing stored).
         HookError: the start policy denied it.
         AdmissionRefused: another exchange of the session is still active.
     """
@@ -46,9 +52,9 @@ def admit_exchange(
         existing = env.store.find_exchange(env.scope.session_id, request_key)
         if existing is not None:
             return existing, True
-    markers = find_tripwires(content)
-    if markers:
-        raise InputRefused(f"the message matches credential markers ({', '.join(markers)}); it was not stored")
+    kinds = find_tripwires(content, env.detector)
+    if kinds:
+        raise InputRefused(kinds)
     run_hook(env, HookPoint.BEFORE_START, None, {"request_key": request_key})
     admission = env.store.admit(
         session_id=env.scope.session_id, request_key=request_key, content=content, principal=env.principal,

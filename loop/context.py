@@ -14,6 +14,7 @@ from loop.masking import mask_text, withhold_credentials
 from loop.projection import EventRow, Folder, ProjectionError, window_start
 from loop.providers.base import Message
 from loop.store import Store
+from loop.tripwires import Detector, default_detector
 
 _CACHE_SESSIONS = 256
 
@@ -22,6 +23,11 @@ def mask_for_provider(text: str) -> str:
     """PII masked; content matching a credential tripwire is withheld (SPEC L16)."""
     withheld = withhold_credentials(text)
     return withheld if withheld is not text else mask_text(text).text
+
+
+def mask_pii(text: str) -> str:
+    """PII masked (the projection's guard has already withheld credentials)."""
+    return mask_text(text).text
 
 
 @dataclass
@@ -38,6 +44,7 @@ class _Window:
     drops old ones from the front at a user row, so the cost per turn does not grow with history."""
 
     mask: Callable[[str], str]
+    guard: Detector
     entries: deque[_Entry] = field(default_factory=deque)
     folder: Folder | None = None
     last_seq: int = 0
@@ -45,7 +52,7 @@ class _Window:
 
     def reset(self) -> None:
         self.entries.clear()
-        self.folder = Folder(self.mask)
+        self.folder = Folder(self.mask, guard=self.guard)
         self.size = 0
 
     def feed(self, rows: list[EventRow]) -> None:
@@ -76,19 +83,28 @@ class _Window:
 class ContextBuilder:
     """Builds the messages for a narrative; safe to share between drivers of different sessions."""
 
-    def __init__(self, mask: Callable[[str], str] = mask_for_provider) -> None:
+    def __init__(self, mask: Callable[[str], str] = mask_pii) -> None:
         self.mask = mask
         self._windows: OrderedDict[tuple[int, str], _Window] = OrderedDict()
         self._lock = threading.Lock()
 
-    def messages(self, store: Store, session_id: int, *, narrative: str, cap: int) -> tuple[Message, ...]:
-        return self.window(store, session_id, narrative=narrative, cap=cap)[0]
+    def messages(self, store: Store, session_id: int, *, narrative: str, cap: int,
+                 guard: Detector | None = None) -> tuple[Message, ...]:
+        return self.window(store, session_id, narrative=narrative, cap=cap, guard=guard)[0]
 
-    def window(self, store: Store, session_id: int, *, narrative: str, cap: int) -> tuple[tuple[Message, ...], int]:
-        """The messages of the replay window and their size in bytes."""
+    def window(self, store: Store, session_id: int, *, narrative: str, cap: int,
+               guard: Detector | None = None) -> tuple[tuple[Message, ...], int]:
+        """The messages of the replay window and their size in bytes.
+
+        ``guard`` is the credential detector (the vendored rule set when None). A window folded
+        under another rule set (an organisation pattern was added) is folded again.
+        """
+        guard = guard or default_detector()
         key = (session_id, narrative)
         with self._lock:
-            window = self._windows.pop(key, None) or _Window(self.mask)
+            window = self._windows.pop(key, None)
+            if window is None or window.guard.fingerprint != guard.fingerprint:
+                window = _Window(self.mask, guard)
             self._windows[key] = window
             while len(self._windows) > _CACHE_SESSIONS:
                 self._windows.popitem(last=False)

@@ -22,6 +22,7 @@ from loop.env import LoopEnv
 from loop.errors import ClaimRefused, LoopError, ProviderError
 from loop.failpoints import failpoint
 from loop.hooks import HookPoint
+from loop.masking import withhold_credentials
 from loop.models import Exchange, ExchangeStatus, Frame, ToolCall, ToolCallStatus
 from loop.outcomes import (
     AwaitingHuman,
@@ -200,6 +201,7 @@ class _Drive:
     authority: DispatchAuthority
     token: CancelToken
     specs: tuple[ToolSpec, ...]
+    system: str  # the agent's system prompt, screened once per drive (configuration, not narrative)
     approved: frozenset[int] = frozenset()
 
     @classmethod
@@ -210,14 +212,15 @@ class _Drive:
         specs = env.tools.specs()
         if env.discovery is not None:
             env.discovery.offered(specs)
-        return cls(env, exchange, env.store.root_frame(exchange), authority, token, specs, approved)
+        system = withhold_credentials(env.agent.system_prompt, what="system prompt", detector=env.detector)
+        return cls(env, exchange, env.store.root_frame(exchange), authority, token, specs, system, approved)
 
     def model_turn(self, turn: int) -> AssembledTurn | TerminalOutcome:
         """Context, then one provider call through the dispatch seam: the turn, or why there is none."""
         env, exchange = self.env, self.exchange
         messages, size = env.context.window(env.store, exchange.session_id, narrative=env.narrative,
-                                            cap=env.bounds.replay_cap)
-        request = ProviderRequest(system=env.agent.system_prompt, messages=messages, tools=self.specs,
+                                            cap=env.bounds.replay_cap, guard=env.detector)
+        request = ProviderRequest(system=self.system, messages=messages, tools=self.specs,
                                   metadata={"session": exchange.session_id, "exchange": exchange.number, "turn": turn})
         try:
             return dispatch(env.provider, request, authority=self.authority, cancel=self.token,

@@ -17,6 +17,7 @@ from loop.providers.base import LlmProvider
 from loop.store import Store
 from loop.tools.fanout import RoundEnv
 from loop.tools.registry import ToolRegistry
+from loop.tripwires import Detector, default_detector
 
 
 @dataclass
@@ -34,6 +35,7 @@ class LoopEnv:
     hooks: LoopHooks = field(default_factory=LoopHooks.pass_through)
     discovery: ToolDiscovery | None = None
     context: ContextBuilder = DEFAULT_CONTEXT
+    detector: Detector = field(default_factory=default_detector)  # credential tripwires (SPEC L16)
     cancel_poll_interval: float = 0.2
     narrative: str = ""
     # Told (in the same transaction) of calls a stop cancels, with the acting principal.
@@ -49,4 +51,5 @@ class LoopEnv:
 
     def round_env(self, narrative: str | None = None) -> RoundEnv:
         return RoundEnv(store=self.store, tools=self.tools, gate=self.gate, scope=self.scope, bounds=self.bounds,
-                        principal=self.principal, narrative=self.narrative if narrative is None else narrative)
+                        principal=self.principal, narrative=self.narrative if narrative is None else narrative,
+                        detector=self.detector)

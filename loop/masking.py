@@ -1,13 +1,14 @@
 """PII masking and credential tripwires for text bound to a provider (SPEC L16).
 
-Everything here is bounded pattern matching, and the marker list is a ceiling, not a guarantee:
+Everything here is bounded pattern matching, and the rule set is a ceiling, not a guarantee:
 it raises the cost of leaking a secret or personal data, it does not prove that none leaks.
-Encoded secrets (base64, hex, split across lines), unmarked secrets (a bare password, a key
+Encoded secrets (base64, hex, split across lines), unlabelled secrets (a bare password, a key
 without its well-known prefix) and PII in formats not listed below pass through unchanged.
 
 Masking replaces emails, phone numbers, payment card numbers (Luhn-checked), IBANs (mod-97
 checked) and IPv4/IPv6 addresses with fixed tokens such as ``[email]``. Tripwires do not mask:
-a credential marker refuses the text outright, and the error names the marker, never the value.
+a credential refuses or withholds the text outright, and the notice names the kind, never the
+value. The credential rules are :mod:`loop.tripwires` (gitleaks' rule set and Skald's own).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from loop.errors import HarnessError
+from loop.tripwires import Detector
+from loop.tripwires.guard import CredentialTripwire, find_tripwires, withhold_credentials
 
 __all__ = [
     "CredentialTripwire",
@@ -45,16 +47,6 @@ class MaskResult:
     @property
     def total(self) -> int:
         return sum(self.counts.values())
-
-
-class CredentialTripwire(HarnessError):
-    """Text bound for a provider carries a credential marker. The message names markers only."""
-
-    code = "credential_tripwire"
-
-    def __init__(self, markers: list[str]) -> None:
-        super().__init__(f"credential tripwire: {', '.join(markers)}")
-        self.markers: tuple[str, ...] = tuple(markers)
 
 
 # --- PII ----------------------------------------------------------------------------------------
@@ -306,91 +298,13 @@ def mask_text(text: str) -> MaskResult:
         text = masked
 
 
-# --- credential tripwires -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Marker:
-    name: str
-    pattern: re.Pattern[str]
-    token_start: bool = True  # the match must not continue a longer word (``\b``, checked by hand)
-    needle: str | None = None  # a lowercase substring the text must contain for the marker to apply
-
-
-# Patterns begin with a literal so ``re`` can jump between candidates; a leading ``\b`` would
-# force a full attempt at every position, which is why the word boundary is checked separately.
-_MARKERS: tuple[_Marker, ...] = (
-    _Marker("aws_access_key_id", re.compile(r"(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Za-z])")),
-    _Marker(
-        "aws_secret_access_key",
-        re.compile(
-            r"(?i:aws)[_.-]?(?i:secret)[_.-]?(?i:access)?[_.-]?(?i:key)[\"']?\s*[:=]>?\s*[\"']?"
-            r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+])"
-        ),
-        token_start=False,
-        needle="secret",
-    ),
-    _Marker("github_token", re.compile(r"gh[pousr]_[A-Za-z0-9]{30,255}|github_pat_[A-Za-z0-9_]{22,255}")),
-    _Marker("slack_token", re.compile(r"xox[abprs]-[A-Za-z0-9-]{10,}")),
-    _Marker("anthropic_api_key", re.compile(r"sk-ant-[A-Za-z0-9_-]{20,}")),
-    _Marker("openai_api_key", re.compile(r"sk-(?!ant-)[A-Za-z0-9_-]{20,}")),
-    _Marker(
-        "private_key_block",
-        re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"),
-        token_start=False,
-    ),
-    _Marker("jwt", re.compile(r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*")),
-    _Marker("bearer_token", re.compile(r"(?i:bearer)\s+[A-Za-z0-9._~+/-]{16,}"), needle="bearer"),
-)
-_WORD_CHAR = re.compile(r"\w")
-
-
-def _marker_present(marker: _Marker, text: str) -> bool:
-    for match in marker.pattern.finditer(text):
-        start = match.start()
-        if not marker.token_start or start == 0 or not _WORD_CHAR.match(text, start - 1):
-            return True
-    return False
-
-
-def find_tripwires(text: str) -> list[str]:
-    """Names of the credential markers present in ``text``, in a fixed order; never the values.
-
-    Args:
-        text: Any text bound for a provider.
-
-    Returns:
-        Marker names such as ``aws_access_key_id`` or ``jwt``; empty when none matched.
-    """
-    lowered = text.lower()
-    return [
-        marker.name
-        for marker in _MARKERS
-        if (marker.needle is None or marker.needle in lowered) and _marker_present(marker, text)
-    ]
-
-
-def withhold_credentials(text: str, *, what: str = "content") -> str:
-    """``text`` unchanged, or a notice naming the markers it matched in its place (never the values)."""
-    markers = find_tripwires(text)
-    if markers:
-        return f"[{what} withheld: it matched credential markers ({', '.join(markers)})]"
-    return text
-
-
-def screen_for_provider(text: str) -> str:
-    """Refuse text carrying a credential marker; otherwise return it with PII masked.
-
-    Args:
-        text: Any text bound for a provider.
-
-    Returns:
-        The masked text.
+def screen_for_provider(text: str, detector: Detector | None = None) -> str:
+    """Refuse text carrying a credential; otherwise return it with PII masked.
 
     Raises:
-        CredentialTripwire: A credential marker matched. The message lists marker names only.
+        CredentialTripwire: A credential matched. The message lists kinds only.
     """
-    markers = find_tripwires(text)
-    if markers:
-        raise CredentialTripwire(markers)
+    kinds = find_tripwires(text, detector)
+    if kinds:
+        raise CredentialTripwire(kinds)
     return mask_text(text).text

@@ -1,5 +1,10 @@
 """The one projection (SPEC L6): stored narrative rows → provider messages.
 
+Every text a provider request carries from the narrative passes :func:`_convert`, and there the
+credential guard (SPEC L16) withholds any text a tripwire matches — whatever path wrote the row
+(user, tool result, scratchpad read, compaction summary, sub-agent result, a model's own text).
+The guard is not optional: a new kind of row is covered by construction.
+
 Pure and deterministic, so replay-verify can call it without a model. It refuses loudly on a
 partial tool group, an orphan result, a name mismatch, a duplicate, an unknown kind, or a
 compaction row anywhere but the start of the window (CompactionBoundary).
@@ -33,6 +38,8 @@ from loop.providers.base import (
     ToolResultMessage,
     UserMessage,
 )
+from loop.tripwires import Detector
+from loop.tripwires.guard import withhold_credentials
 
 
 class ProjectionError(HarnessError):
@@ -87,27 +94,33 @@ def _identity(text: str) -> str:
     return text
 
 
-def _convert(row: EventRow, mask: Callable[[str], str]) -> tuple[Any, Message]:
+def _convert(row: EventRow, mask: Callable[[str], str], guard: Detector | None) -> tuple[Any, Message]:
     parsed = _parse(row)
+
+    def screen(text: str, what: str) -> str:
+        return mask(withhold_credentials(text, what=what, detector=guard))
+
     message: Message
     if isinstance(parsed, ToolResultPayload):
         message = ToolResultMessage(
-            call_id=parsed.key, name=parsed.name, content=mask(parsed.content), is_error=parsed.is_error
+            call_id=parsed.key, name=parsed.name, content=screen(parsed.content, "tool output"),
+            is_error=parsed.is_error,
         )
     elif isinstance(parsed, AssistantPayload):
         message = AssistantMessage(
-            content=mask(parsed.content),
+            content=screen(parsed.content, "assistant text"),
             tool_calls=tuple(
-                ToolCallRequest(id=c.key, name=c.name, arguments=mask(c.arguments)) for c in parsed.tool_calls
+                ToolCallRequest(id=c.key, name=c.name, arguments=screen(c.arguments, "tool arguments"))
+                for c in parsed.tool_calls
             ),
         )
     elif isinstance(parsed, UserPayload):
-        message = UserMessage(content=mask(parsed.content))
+        message = UserMessage(content=screen(parsed.content, "message"))
     elif isinstance(parsed, CompactionPayload):
-        message = SummaryMessage(kind="compaction", content=mask(parsed.summary))
+        message = SummaryMessage(kind="compaction", content=screen(parsed.summary, "summary"))
     else:
         assert isinstance(parsed, SubagentResultPayload)
-        message = SummaryMessage(kind="delegation", content=mask(parsed.content))
+        message = SummaryMessage(kind="delegation", content=screen(parsed.content, "sub-agent result"))
     return parsed, message
 
 
@@ -116,8 +129,9 @@ class Folder:
     incremental context window share it, so there is one set of rules."""
 
     def __init__(self, mask: Callable[[str], str] = _identity,
-                 memo: dict[int, tuple[Any, Message]] | None = None) -> None:
+                 memo: dict[int, tuple[Any, Message]] | None = None, *, guard: Detector | None = None) -> None:
         self.mask = mask
+        self.guard = guard
         self.memo = memo
         self.pending: dict[str, str] = {}  # call key → tool name, for the open tool group
         self.seen: set[str] = set()
@@ -130,7 +144,7 @@ class Folder:
             raise ProjectionError(f"row {row.seq}: kind {row.kind!r} is not in the vocabulary")
         entry = self.memo.get(row.seq) if self.memo is not None else None
         if entry is None:
-            entry = _convert(row, self.mask)
+            entry = _convert(row, self.mask, self.guard)
             if self.memo is not None:
                 self.memo[row.seq] = entry
         parsed, message = entry
@@ -168,6 +182,7 @@ def project(
     *,
     mask: Callable[[str], str] = _identity,
     memo: dict[int, tuple[Any, Message]] | None = None,
+    guard: Detector | None = None,
 ) -> tuple[Message, ...]:
     """Turn ``rows`` (one narrative, in seq order, already windowed) into messages.
 
@@ -175,9 +190,11 @@ def project(
         rows: the window; journal rows are skipped.
         mask: applied to every text that reaches the model (PII masking, SPEC L16).
         memo: optional seq → (payload, message) cache, so a long session converts each row once.
-            Only valid for one ``mask``.
+            Only valid for one ``mask`` and ``guard``.
+        guard: the credential detector (SPEC L16); the vendored rule set when None. Text it
+            matches is replaced by a notice naming the kinds before ``mask`` sees it.
     """
-    folder = Folder(mask, memo)
+    folder = Folder(mask, memo, guard=guard)
     messages: list[Message] = []
     for position, row in enumerate(rows):
         message, _opened = folder.add(row, first=position == 0)

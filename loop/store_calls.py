@@ -125,10 +125,14 @@ class CallLog:
 
     def result(
         self, call: ToolCall, *, status: str, content: str, is_error: bool, truncated: bool, principal: str,
-        narrative: str,
+        narrative: str, withheld: Sequence[str] = (),
     ) -> int:
         """``tool_result`` + ``control:tool_done`` and the call's final state, inside the caller's
-        transaction. Returns the seq of the done row."""
+        transaction. Returns the seq of the done row.
+
+        ``withheld`` names the credential kinds that kept the output out (SPEC L16); they go into
+        the call's transition audit row.
+        """
         payload = {"key": call.call_key, "name": call.tool, "content": content, "is_error": is_error,
                    "status": status, "truncated": truncated}
         first = self.journal.append(call.session_id, EventKind.TOOL_RESULT, payload,
@@ -139,19 +143,21 @@ class CallLog:
                                    exchange_id=call.exchange_id, narrative=narrative)
         call.result = content
         call.is_error = is_error
-        self.transition(call, status, principal=principal,
-                        extra={"seq": first, "digest": events_digest([(first, EventKind.TOOL_RESULT, payload)])})
+        extra: dict[str, Any] = {"seq": first, "digest": events_digest([(first, EventKind.TOOL_RESULT, payload)])}
+        if withheld:
+            extra["tripwires"] = list(withheld)
+        self.transition(call, status, principal=principal, extra=extra)
         self.journal.wake(call.session_id, done)
         return done
 
     def record_result(
         self, call: ToolCall, *, status: str, content: str, is_error: bool, truncated: bool, principal: str,
-        narrative: str = "",
+        narrative: str = "", withheld: Sequence[str] = (),
     ) -> None:
         """Append ``tool_result`` + ``control:tool_done`` and settle the call's state."""
         with transaction.atomic():
             self.result(call, status=status, content=content, is_error=is_error, truncated=truncated,
-                        principal=principal, narrative=narrative)
+                        principal=principal, narrative=narrative, withheld=withheld)
 
     def cancel_calls(
         self,

@@ -15,6 +15,7 @@ from loop.errors import HarnessError
 from loop.ports import Gate
 from loop.providers.base import ToolSpec
 from loop.tools.registry import ToolRegistry
+from loop.tripwires import Detector, OrgPattern, default_detector, organisation_detector
 
 if TYPE_CHECKING:
     from skald.models import Run
@@ -23,6 +24,7 @@ GateFactory = Callable[[], Gate]
 RunListener = Callable[["Run"], object]
 CallsCancelledListener = Callable[[Sequence[int], str], object]
 ToolsOfferedListener = Callable[[Sequence[ToolSpec]], object]
+TripwireRules = Callable[[], tuple[Sequence[OrgPattern], Sequence[tuple[str, str]]]]
 
 
 @dataclass
@@ -37,6 +39,8 @@ class Sockets:
             ids and the acting principal (pending approvals are cancelled with them).
         tools_offered: told of tools offered to a model for the first time in this process
             (known tools, SPEC A5).
+        tripwire_rules: the organisation's credential patterns and allow-list entries
+            (regex, reason), read for each turn (approvals, SPEC L16).
     """
 
     gate_factory: GateFactory | None = None
@@ -44,6 +48,7 @@ class Sockets:
     run_resolved: list[RunListener] = field(default_factory=list)
     calls_cancelled: list[CallsCancelledListener] = field(default_factory=list)
     tools_offered: list[ToolsOfferedListener] = field(default_factory=list)
+    tripwire_rules: TripwireRules | None = None
 
 
 sockets = Sockets()
@@ -54,6 +59,17 @@ def gate() -> Gate:
     if sockets.gate_factory is None:
         raise HarnessError("no approval gate is wired (skald.wiring.install did not run)", code="gate_missing")
     return sockets.gate_factory()
+
+
+def tripwire_detector() -> Detector:
+    """The credential detector for a turn: the kernel's rules plus the organisation's, when wired.
+
+    Unwired, the kernel's vendored and built-in rules still apply (never no guard at all).
+    """
+    if sockets.tripwire_rules is None:
+        return default_detector()
+    patterns, allow = sockets.tripwire_rules()
+    return organisation_detector(patterns, allow)
 
 
 def notify_run_resolved(run: Run) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from approvals import metrics as approval_metrics
 from approvals.gate import ApprovalGate
 from approvals.services import approvals_cancel_for_calls, known_tools_record
+from approvals.tripwire_selectors import tripwire_rule_set
 from loop.ports import Gate
 from loop.providers.base import ToolSpec
 from proposals.services import capture_proposals_on_resolve
@@ -49,5 +50,6 @@ def install() -> None:
     sockets.run_resolved.append(_capture)
     sockets.calls_cancelled.append(_cancel_approvals)
     sockets.tools_offered.append(_record_known)
+    sockets.tripwire_rules = tripwire_rule_set
     metrics.register_collector(approval_metrics.collect)
     _installed = True

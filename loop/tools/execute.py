@@ -16,10 +16,12 @@ from loop.bounds import truncate_output
 from loop.cancellation import CancelToken
 from loop.errors import HumanNeeded, ToolError
 from loop.failpoints import failpoint
-from loop.masking import CredentialTripwire, withhold_credentials
+from loop.masking import CredentialTripwire
 from loop.models import ToolCallStatus
 from loop.ports import Tool, ToolContext
 from loop.sql import release_thread
+from loop.tripwires import Detector
+from loop.tripwires.guard import find_tripwires, withheld_notice
 
 logger = logging.getLogger(__name__)
 
@@ -30,12 +32,18 @@ class ToolOutcome:
     content: str
     is_error: bool
     truncated: bool = False
+    withheld: tuple[str, ...] = ()  # credential kinds that kept the output out of history
 
 
 def execute_tool(
-    tool: Tool, arguments: Mapping[str, Any], context: ToolContext, *, output_cap: int
+    tool: Tool, arguments: Mapping[str, Any], context: ToolContext, *, output_cap: int,
+    detector: Detector | None = None,
 ) -> ToolOutcome:
-    """Execute ``tool`` with ``context.timeout``; cancel the call's token on timeout."""
+    """Execute ``tool`` with ``context.timeout``; cancel the call's token on timeout.
+
+    Output carrying a credential (``detector``'s rules, the vendored set when None) is withheld:
+    the stored result is a notice naming the kinds, and ``withheld`` lists them for the audit row.
+    """
     box: dict[str, Any] = {}
     call_token: CancelToken = context.cancel
 
@@ -69,6 +77,10 @@ def execute_tool(
         logger.warning("tool %s crashed: %r", tool.name, error)
         return ToolOutcome(ToolCallStatus.FAILED, f"tool error: {tool.name} failed ({type(error).__name__})", True)
     # A credential in a tool's output never enters history (and so never reaches a provider).
-    guarded = withhold_credentials(str(box.get("value", "")), what="tool output")
-    text, truncated = truncate_output(guarded, output_cap)
+    output = str(box.get("value", ""))
+    kinds = find_tripwires(output, detector)
+    if kinds:
+        notice = withheld_notice("tool output", kinds)
+        return ToolOutcome(ToolCallStatus.COMPLETED, notice, False, withheld=tuple(kinds))
+    text, truncated = truncate_output(output, output_cap)
     return ToolOutcome(ToolCallStatus.COMPLETED, text, False, truncated)

@@ -23,6 +23,7 @@ from loop.store import ParsedCall, Store
 from loop.tools.execute import ToolOutcome, execute_tool
 from loop.tools.registry import ToolRegistry
 from loop.tools.validate import validate_arguments
+from loop.tripwires import Detector
 
 
 @dataclass
@@ -42,6 +43,7 @@ class RoundEnv:
     bounds: Bounds
     principal: str
     narrative: str = ""
+    detector: Detector | None = None  # credential tripwires for tool output; the vendored set when None
 
 
 def gate_call(call: ToolCall) -> GateCall:
@@ -60,7 +62,8 @@ def _settle(env: RoundEnv, call: ToolCall, outcome: ToolOutcome, result: RoundRe
 
 def _record(env: RoundEnv, call: ToolCall, outcome: ToolOutcome) -> None:
     env.store.record_result(call, status=outcome.status, content=outcome.content, is_error=outcome.is_error,
-                            truncated=outcome.truncated, principal=env.principal, narrative=env.narrative)
+                            truncated=outcome.truncated, principal=env.principal, narrative=env.narrative,
+                            withheld=outcome.withheld)
     failpoint("loop.after_tool_result")
 
 
@@ -132,7 +135,7 @@ def run_round(
             if tool is None:
                 continue
             outcome = execute_tool(tool, parsed.arguments or {}, _context(env, call, cancel.child()),
-                                   output_cap=env.bounds.tool_output_cap)
+                                   output_cap=env.bounds.tool_output_cap, detector=env.detector)
             _settle(env, call, outcome, result)
         result.canceled = cancel.cancelled
         return result
@@ -152,7 +155,8 @@ def run_round(
     def run(item: tuple[int, ToolCall, Tool, Mapping[str, Any]]) -> tuple[int, ToolOutcome]:
         position, call, tool, arguments = item
         context = _context(env, call, cancel.child())
-        return position, execute_tool(tool, arguments, context, output_cap=env.bounds.tool_output_cap)
+        return position, execute_tool(tool, arguments, context, output_cap=env.bounds.tool_output_cap,
+                                      detector=env.detector)
 
     with ThreadPoolExecutor(max_workers=max(1, env.bounds.max_parallel_calls), thread_name_prefix="fanout") as pool:
         for position, outcome in pool.map(run, runnable):

@@ -13,7 +13,7 @@ from django.db import transaction
 from audit.actors import Actor
 from audit.kinds import AuditKind
 from audit.services import audit_append
-from loop.driver import admit_exchange
+from loop.driver import InputRefused, admit_exchange
 from loop.events import EventKind
 from loop.models import Exchange, ExchangeStatus, Outcome, ToolCall, ToolCallStatus
 from loop.outcomes import CancelCause, Canceled, outcome_from_receipt
@@ -24,6 +24,7 @@ from skald.loop_adapters.store import kernel_store
 from skald.loop_adapters.work import work_on_commit
 from skald.models import Case, Run, RunStatus
 from skald.plugins import notify_run_resolved
+from skald.sessions.refusals import input_refusal_record
 from skald.sessions.services import session_stop
 
 TROUBLESHOOTER = "troubleshooter"
@@ -50,6 +51,14 @@ def run_launch(*, user: AbstractBaseUser, case_id: int, ticket: str, launch_key:
     case = Case.objects.filter(pk=case_id).first()
     if case is None:
         raise NotFound("No such case.", code="case_not_found")
+    try:
+        return _launch(user=user, case=case, ticket=ticket, key=key), True
+    except InputRefused as exc:  # the run and its session rolled back; the refusal is recorded apart
+        raise input_refusal_record(user=user, refused=exc, where="gdl_ticket", subject_type="case",
+                                   subject_id=case.pk, size=len(ticket.encode("utf-8"))) from None
+
+
+def _launch(*, user: AbstractBaseUser, case: Case, ticket: str, key: str) -> Run:
     store = kernel_store()
     with transaction.atomic():
         session = store.create_session(owner_id=user.pk, agent=TROUBLESHOOTER, source="workflow",
@@ -62,7 +71,7 @@ def run_launch(*, user: AbstractBaseUser, case_id: int, ticket: str, launch_key:
                               "ticket_bytes": len(ticket.encode("utf-8"))})
         exchange, _ = admit_exchange(build_env(session), request_key=key, content=ticket, author=f"user:{user.pk}")
         work_on_commit("skald.tasks.run_kernel_turn", exchange.pk, key=f"drive:e{exchange.pk}")
-    return run, True
+    return run
 
 
 def _status_for(exchange: Exchange) -> tuple[str, str]:
@@ -164,6 +173,14 @@ def run_handoff_decide(*, user: AbstractBaseUser, run_id: int, decision: str, no
 
 def run_back_refer(*, user: AbstractBaseUser, run_id: int, note: str) -> Run:
     """Send a completed or closed run back to the agent with a note, on the same session."""
+    try:
+        return _back_refer(user=user, run_id=run_id, note=note)
+    except InputRefused as exc:
+        raise input_refusal_record(user=user, refused=exc, where="gdl_back_referral", subject_type="run",
+                                   subject_id=run_id, size=len(note.encode("utf-8"))) from None
+
+
+def _back_refer(*, user: AbstractBaseUser, run_id: int, note: str) -> Run:
     with transaction.atomic():
         run = _run_for_update(run_id)
         if run.status != RunStatus.COMPLETED:

@@ -98,4 +98,5 @@ def build_env(session: Session, *, exchange_id: int = 0, hooks: LoopHooks | None
         store=kernel_store(), provider=provider_for(agent), tools=plugins.sockets.tools.subset(agent.tools),
         gate=default_gate(), agent=agent, scope=scope, bus=ChannelsBus(), bounds=bounds,
         hooks=hooks or audited_hooks(), discovery=KnownToolRecorder(), calls_canceled=plugins.notify_calls_cancelled,
+        detector=plugins.tripwire_detector(),
     )

@@ -9,7 +9,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import QuerySet
 
-from loop.driver import InputRefused, admit_exchange
+from loop.driver import InputRefused, LoopEnv, admit_exchange
 from loop.errors import AdmissionRefused, HarnessError, HookError, PayloadTooLarge
 from loop.events import EventKind
 from loop.models import Exchange, ExchangeStatus, Session
@@ -24,6 +24,7 @@ from skald.loop_adapters.store import kernel_store
 from skald.loop_adapters.work import work_on_commit
 from skald.models import Case
 from skald.sessions.parked import stop_unheld
+from skald.sessions.refusals import input_refusal_record
 
 DEFAULT_AGENT = "troubleshooter"
 MAX_MESSAGE_BYTES = 64 * 1024
@@ -77,22 +78,27 @@ def session_message_submit(
         raise SkaldError("content must not be empty", code="message_invalid", http_status=400)
     if len(content.encode("utf-8")) > MAX_MESSAGE_BYTES:
         raise SkaldError(f"content is over {MAX_MESSAGE_BYTES} bytes", code="message_too_large", http_status=400)
-    too_large = SkaldError(f"the stored message would be over the {MAX_MESSAGE_BYTES}-byte payload cap",
-                           code="message_too_large", http_status=400)
     env = build_env(session)
     repair_stale_exchange(session=session)
     key = request_key or new_token()
+    try:
+        return _admit(env, user=user, key=key, content=content)
+    except InputRefused as exc:  # outside the rolled-back transaction, so the refusal's audit row stays
+        raise input_refusal_record(user=user, refused=exc, where="chat_message", subject_type="session",
+                                   subject_id=session.pk, size=len(content.encode("utf-8"))) from None
+
+
+def _admit(env: LoopEnv, *, user: AbstractBaseUser, key: str, content: str) -> tuple[Exchange, bool]:
     with transaction.atomic():
         try:
             exchange, replayed = admit_exchange(env, request_key=key, content=content, author=f"user:{user.pk}")
-        except InputRefused as exc:
-            raise SkaldError(str(exc), code=exc.code, http_status=400) from None
         except HookError as exc:
             raise SkaldError(str(exc), code=exc.code, http_status=403) from None
         except AdmissionRefused as exc:
             raise Conflict(str(exc), code=exc.code) from None
         except PayloadTooLarge:  # the row as stored (JSON, the author) is bigger than the text
-            raise too_large from None
+            raise SkaldError(f"the stored message would be over the {MAX_MESSAGE_BYTES}-byte payload cap",
+                             code="message_too_large", http_status=400) from None
         if not replayed:
             work_on_commit("skald.tasks.run_kernel_turn", exchange.pk, key=f"drive:e{exchange.pk}")
     return exchange, replayed

@@ -89,8 +89,8 @@ class GdlLaunchAPI(APIView):
                                      description="The launch key (at most 100 characters): a retry returns "
                                                  "the same run.")],
         responses={200: RunSerializer, 202: RunSerializer, **error_responses(
-            _400=("gdl_request_migrated", "gdl_ticket_invalid", "invalid"), _404="case_not_found",
-            _409="gdl_run_terminal", _500="gdl_run_failed", _503="gdl_provider_failed")},
+            _400=("gdl_request_migrated", "gdl_ticket_invalid", "invalid", "credential_tripwire"),
+            _404="case_not_found", _409="gdl_run_terminal", _500="gdl_run_failed", _503="gdl_provider_failed")},
     )
     def post(self, request: Request, case_id: int) -> Response:
         ticket = parse_ticket(request.data)
@@ -191,7 +191,7 @@ class BackReferral(APIView):
 
     @extend_schema(operation_id="run_back_referral_return", summary="Return a back-referral to the run with a note",
                    request=BackReferralInput, responses={202: RunSerializer, **error_responses(
-        _400="invalid", _404="run_not_found", _409="run_state_conflict")})
+        _400=("invalid", "credential_tripwire"), _404="run_not_found", _409="run_state_conflict")})
     def post(self, request: Request, run_id: int) -> Response:
         body = BackReferralInput(data=request.data)
         body.is_valid(raise_exception=True)

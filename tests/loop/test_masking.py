@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+import string
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -88,65 +91,11 @@ def test_it_masks_a_card_followed_by_another_number() -> None:
     assert mask_text("4111 1111 1111 1111 2026").text == "[card] 2026"
 
 
-# --- tripwires ----------------------------------------------------------------------------------
+# --- tripwires (the detector itself is tested in tests/loop/tripwires/) -------------------------
 
-_AWS_KEY = "AKIA" + "IOSFODNN7EXAMPLE"
-_AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
-_GITHUB = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
-_GITHUB_PAT = "github_pat_" + "11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz"
-_SLACK = "xoxb-" + "123456789012-1234567890123-AbCdEfGhIjKlMnOp"
-_OPENAI = "sk-" + "Abc123Def456Ghi789Jkl012Mno345Pqr678"
-_OPENAI_PROJECT = "sk-proj-" + "Abc123Def456Ghi789Jkl012Mno345Pqr678_Stu-901"
-_ANTHROPIC = "sk-ant-" + "api03-Abc123Def456Ghi789Jkl012Mno345"
-_JWT = (
-    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9"
-    ".eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6ImFsaWNlIn0"
-    ".dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
-)
-_BEARER = "abcdef0123456789ABCDEF.xyz"
-
-
-@pytest.mark.parametrize(
-    ("text", "marker"),
-    [
-        (f"key id {_AWS_KEY} in the log", "aws_access_key_id"),
-        (f"aws_secret_access_key = {_AWS_SECRET}", "aws_secret_access_key"),
-        (f'"AWS_SECRET_ACCESS_KEY": "{_AWS_SECRET}"', "aws_secret_access_key"),
-        (f"token {_GITHUB}", "github_token"),
-        (f"token {_GITHUB_PAT}", "github_token"),
-        (f"slack {_SLACK}", "slack_token"),
-        (f"OPENAI_API_KEY={_OPENAI}", "openai_api_key"),
-        (f"OPENAI_API_KEY={_OPENAI_PROJECT}", "openai_api_key"),
-        (f"ANTHROPIC_API_KEY={_ANTHROPIC}", "anthropic_api_key"),
-        ("-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\n", "private_key_block"),
-        ("-----BEGIN OPENSSH PRIVATE KEY-----", "private_key_block"),
-        ("-----BEGIN PRIVATE KEY-----", "private_key_block"),
-        (f"cookie={_JWT}", "jwt"),
-        (f"Authorization: Bearer {_BEARER}", "bearer_token"),
-        (f"curl -H 'authorization: bearer {_BEARER}'", "bearer_token"),
-    ],
-)
-def test_it_detects_each_tripwire(text: str, marker: str) -> None:
-    assert find_tripwires(text) == [marker]
-
-
-def test_it_tells_anthropic_keys_from_openai_keys() -> None:
-    assert find_tripwires(_ANTHROPIC) == ["anthropic_api_key"]
-    assert find_tripwires(_OPENAI_PROJECT) == ["openai_api_key"]
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "the risk-assessment-framework-documentation-v2 is attached",
-        "the bearer of this note is alice",
-        "-----BEGIN PUBLIC KEY-----",
-        "task-queue-worker-pool-size-limit-reached",
-        "eyJ alone is not a token",
-    ],
-)
-def test_it_ignores_lookalikes(text: str) -> None:
-    assert find_tripwires(text) == []
+_RNG = random.Random(16)
+_AWS_KEY = "AK" + "IA" + "".join(_RNG.choice(string.ascii_uppercase + "234567") for _ in range(16))
+_OPENAI = "sk-" + "proj-" + "a1B2c3D4e5" * 7 + "a1B2" + "T3Blbk" + "FJ" + "Z9y8X7w6V5" * 7 + "Z9y8"
 
 
 def test_it_refuses_credentials_without_echoing_them() -> None:
@@ -158,11 +107,15 @@ def test_it_refuses_credentials_without_echoing_them() -> None:
     error = caught.value
     assert isinstance(error, HarnessError)
     assert error.code == "credential_tripwire"
-    assert error.markers == ("aws_access_key_id", "openai_api_key")
+    assert error.kinds == ("aws-access-token", "openai-api-key")
     message = str(error)
-    assert "aws_access_key_id" in message and "openai_api_key" in message
-    for secret in (_OPENAI, _AWS_KEY, "alice@example.com", "Abc123"):
+    assert "aws-access-token" in message and "openai-api-key" in message
+    for secret in (_OPENAI, _AWS_KEY, "alice@example.com", "a1B2c3"):
         assert secret not in message
+
+
+def test_it_names_the_kinds_in_rule_order() -> None:
+    assert find_tripwires(f"{_OPENAI} then {_AWS_KEY}") == ["aws-access-token", "openai-api-key"]
 
 
 def test_it_masks_clean_text_for_the_provider() -> None:

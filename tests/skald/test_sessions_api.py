@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -10,6 +11,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from audit.kinds import AuditKind
+from audit.models import AuditEvent
 from loop.events import EventKind
 from loop.models import Exchange, ExchangeStatus, Outcome, Session, SessionEvent, ToolCall, ToolCallStatus
 from loop.ports import GateCall, GateVerdict, TurnScope
@@ -242,9 +245,16 @@ def test_a_credential_in_the_message_is_refused_and_nothing_is_stored(alice, api
     response = send(api(alice), sid, f"my key is {AWS_KEY_ID}, why does S3 refuse it?")
 
     assert_error(response, 400, "credential_tripwire")
+    assert response.json()["extra"]["kinds"] == ["aws-access-token"]
     assert AWS_KEY_ID not in response.content.decode()
     assert not Exchange.objects.exists() and not SessionEvent.objects.exists()
     assert Session.objects.get(pk=sid).last_seq == 0
+    # The refusal itself is audited: where, which kinds, how big — never the text.
+    (refusal,) = AuditEvent.objects.filter(kind=AuditKind.TRIPWIRE_REFUSED)
+    text = f"my key is {AWS_KEY_ID}, why does S3 refuse it?"
+    assert json.loads(refusal.payload) == {"where": "chat_message", "kinds": ["aws-access-token"], "bytes": len(text)}
+    assert (refusal.subject_type, refusal.subject_id, refusal.actor_id) == ("session", str(sid), str(alice.pk))
+    assert AWS_KEY_ID not in refusal.payload
 
 
 @pytest.mark.django_db

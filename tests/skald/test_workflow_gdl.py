@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
@@ -10,6 +11,8 @@ from django.contrib.auth.models import Group
 from approvals.models import PendingApproval
 from approvals.seed import default_rules_ensure
 from audit.actors import Actor
+from audit.kinds import AuditKind
+from audit.models import AuditEvent
 from loop.errors import ProviderError
 from loop.models import Exchange, ToolCall
 from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
@@ -92,6 +95,18 @@ def test_caller_chosen_provider_fields_are_migrated(alice, api, world, provider,
     response = launch(api, alice, world, {"ticket": "x", field: "y"})
     assert response.status_code == 400 and response.json()["code"] == "gdl_request_migrated"
     assert not Run.objects.exists()
+
+
+def test_a_ticket_carrying_a_credential_is_refused_audited_and_not_stored(alice, api, world, provider):
+    secret = "glpat-" + "Zx81QpL0mN4vB7cR2tY9"
+
+    response = launch(api, alice, world, {"ticket": f"deploy fails with token {secret}"})
+
+    assert response.status_code == 400 and response.json()["code"] == "credential_tripwire"
+    assert response.json()["extra"]["kinds"] == ["gitlab-pat"] and secret not in response.content.decode()
+    assert not Run.objects.exists() and not Exchange.objects.exists()
+    (refusal,) = AuditEvent.objects.filter(kind=AuditKind.TRIPWIRE_REFUSED)
+    assert json.loads(refusal.payload)["where"] == "gdl_ticket" and secret not in refusal.payload
 
 
 @pytest.mark.parametrize("ticket", ["", "   \n ", "é" * 4097, None, 42])
