@@ -159,7 +159,7 @@ REST_FRAMEWORK = {
 # The request guard (skald/core/api/middleware.py, docs/api-limits.md): body limits by URL name
 # (413 above them), the query-string limit (414) and the prefixes whose every error is JSON.
 SKALD_API_PREFIXES = ("/api/", "/workflow/")
-SKALD_MAX_QUERY_BYTES = envint("SKALD_MAX_QUERY_BYTES", 8192, minimum=1024)
+SKALD_MAX_QUERY_BYTES = envint("SKALD_MAX_QUERY_BYTES", 12 * 1024, minimum=1024)  # twisted cuts at 16 KiB
 SKALD_BODY_LIMITS: dict[str, int] = {
     "default": 64 * 1024,  # resolves, decisions, notes (≤ 8,000 characters, JSON-escaped)
     "session-messages": 512 * 1024,  # a 64 KiB message, even written as \\uXXXX escapes
