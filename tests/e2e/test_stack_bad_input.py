@@ -9,10 +9,12 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from tests.e2e import attack
 from tests.e2e.stack import BASE_DIR, Launch, Stack
 
 pytestmark = pytest.mark.e2e
@@ -98,3 +100,61 @@ def test_the_launcher_exports_a_signed_chain_head_at_stop_that_verify_chain_chec
     assert done.returncode == 0, done.stderr
     assert f"checked against head seq {exported['seq']} (signed, " in done.stdout
     assert str(stack.var_dir / "chain_head.json") in done.stdout
+
+
+# --- the attacker's battery, on both profiles ------------------------------------------------------------
+
+
+def replay_battery(stack: Stack) -> list[attack.Answer]:
+    tokens = {name: stack.token(name) for name in ("operator", "approver", "reviewer", "auditor")}
+    with stack.http(tokens["operator"]) as client:
+        session_id = client.post("/api/sessions/", json={"title": "attack"}).json()["id"]
+        cases = client.get("/api/cases/").json()
+        case_id = (cases["results"] if isinstance(cases, dict) else cases)[0]["id"]  # paginated or not
+    return [attack.send("127.0.0.1", stack.port, probe, tokens) for probe in attack.probes(session_id, case_id)]
+
+
+def assert_no_5xx(answers: list[attack.Answer]) -> None:
+    dropped = [a.probe.label for a in answers if a.status == 0]
+    failed = [(a.probe.label, a.status) for a in answers if a.status >= 500]
+    not_json = [(a.probe.label, a.status) for a in answers if not a.json_body]
+    assert (dropped, failed, not_json) == ([], [], []), (dropped, failed, not_json)
+    assert all(400 <= a.status < 500 for a in answers if a.probe.label.startswith(("body", "deep", "surrogate",
+                                                                                     "NUL", "query", "unknown")))
+
+
+def test_the_attackers_battery_answers_no_5xx_on_the_embedded_profile(stack):
+    answers = replay_battery(stack)
+    assert len(answers) >= 90
+    assert_no_5xx(answers)
+
+
+@pytest.fixture
+def production_database() -> Iterator[str]:
+    """A fresh PostgreSQL database on DATABASE_URL's server (or the local one), dropped afterwards."""
+    import psycopg
+
+    server = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/postgres"
+    name = f"skald_attack_{os.getpid()}"
+    admin = server.replace("postgres://", "postgresql://", 1).rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield admin.rsplit("/", 1)[0].replace("postgresql://", "postgres://", 1) + f"/{name}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_the_attackers_battery_answers_no_5xx_on_the_production_profile(launch_stack, production_database):
+    # PostgreSQL + Redis with SKALD_DEBUG=0, as the issue measured it (13 of 90 answered 500 there).
+    stack = launch_stack({
+        "DATABASE_URL": production_database, "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/5"),
+        "SKALD_DEBUG": "0", "SKALD_SECRET_KEY": "attack-" + "k" * 50, "SKALD_ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "SKALD_SSL_REDIRECT": "0", "SKALD_AUDIT_KEY": "attack-audit-key", "SKALD_METRICS_TOKEN": "m",
+    })
+    try:
+        answers = replay_battery(stack)
+    finally:
+        stack.stop()
+    assert len(answers) >= 90
+    assert_no_5xx(answers)
