@@ -169,8 +169,7 @@ def main() -> int:
     _die_with_parent()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "skald.settings")
     # The latest signed chain head is exported here unless the operator names another sink.
-    var_dir = Path(os.environ.get("SKALD_VAR_DIR") or BASE_DIR / "var")
-    os.environ.setdefault("SKALD_CHAIN_HEAD_FILE", str(var_dir / "chain_head.json"))
+    os.environ.setdefault("SKALD_CHAIN_HEAD_FILE", str(var_dir_path(BASE_DIR) / "chain_head.json"))
     host = os.environ.get("HOST", "127.0.0.1")
     port = os.environ.get("PORT", "8000")
     var_dir_prepare(var_dir_path(BASE_DIR))  # before any child reads settings: one secret key for all

@@ -15,7 +15,7 @@ from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from loop.models import ExchangeStatus
 from loop.providers.base import ToolSpec
-from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
+from loop.providers.loopback import text_turn, tool_turn
 from skald.sessions.services import session_message_submit
 from tests.race import race
 
@@ -33,7 +33,7 @@ def client_for(user: Any) -> APIClient:
 
 @pytest.mark.parametrize("route", ["request", "tool_call"])
 def test_20_approvers_resolving_one_approval_make_one_decision(alice, carol, troubleshooting, script, route):
-    script(LoopbackProvider([tool_turn(WRITE), text_turn("written")]))
+    script(tool_turn(WRITE), text_turn("written"))
     exchange, _ = session_message_submit(user=alice, session=troubleshooting, content="investigate")
     exchange.refresh_from_db()
     assert exchange.status == ExchangeStatus.PARKED

@@ -23,6 +23,7 @@ from skald.agents.seed import seed_agents
 from skald.loop_adapters.runtime import build_env
 from skald.sessions import services
 from tests.conftest import make_user
+from tests.strength import examples
 
 # caller → their roles (each role alone); "anonymous" sends no credential.
 CALLERS: dict[str, tuple[str, ...]] = {
@@ -148,7 +149,7 @@ def admitted_by_caller(exchange_id: int, caller: User) -> None:
     assert (scope.principal, scope.user_id) == (f"user:{caller.pk}", caller.pk)
 
 
-@hsettings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@hsettings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(attempts=st.lists(st.tuples(st.sampled_from(sorted(CALLERS)), st.sampled_from([*sorted(CALLERS), "owen"]),
                                    st.sampled_from(["fresh-key", "same-key", "no-key"])), min_size=1, max_size=6))
 def test_every_admitted_exchange_is_audited_as_and_runs_as_its_caller(api, people, attempts: list[Any]):

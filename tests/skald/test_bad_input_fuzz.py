@@ -4,8 +4,8 @@ For each example: a route from the resolver, its path ids and strings filled wit
 a hostile query string, a method, a hostile JSON body, as anonymous or as a user holding every role.
 Under ``/api/`` and ``/workflow/`` the answer is never a 5xx, always the ``{code, message, extra}``
 JSON body, and its status is one of the documented ones (docs/api-limits.md); anywhere else it is
-never a 5xx. ``SKALD_FUZZ_EXAMPLES`` raises the example count (default kept small: the suite must
-stay fast).
+never a 5xx. ``SKALD_FUZZ_EXAMPLES`` sets the example count (by default tests/strength.py's: the suite
+must stay fast).
 """
 
 from __future__ import annotations
@@ -24,10 +24,12 @@ from hypothesis import strategies as st
 from skald.agents.seed import seed_agents
 from skald.core.roles import Role
 from tests.conftest import make_user
+from tests.strength import examples
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
 
-EXAMPLES = int(os.environ.get("SKALD_FUZZ_EXAMPLES", "120"))
+# Full strength (CI) sends 400 requests per database, a developer's run 20 (tests/strength.py).
+EXAMPLES = int(os.environ.get("SKALD_FUZZ_EXAMPLES") or examples(400))
 DOCUMENTED = {200, 201, 202, 400, 401, 403, 404, 405, 409, 410, 413, 414, 415}
 # Routes with a status of their own: /readyz answers 503 while no worker runs (documented probe).
 OWN_STATUS = {"readyz": {503}}
