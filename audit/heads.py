@@ -62,7 +62,7 @@ def chain_head_checkpoint(*, actor: Actor) -> ChainHead:
 
 
 def chain_head_scheduled() -> int:
-    """django-q2's scheduled entry point (audit/migrations/0002): returns the head's seq."""
+    """django-q2's scheduled entry point (audit/migrations/0003): returns the head's seq."""
     return chain_head_checkpoint(actor=Actor.system("schedule")).seq
 
 

@@ -131,7 +131,7 @@ def test_verify_says_when_no_head_was_ever_recorded(settings):
 
 
 def test_the_migration_schedules_the_checkpoint_every_five_minutes():
-    migration = importlib.import_module("audit.migrations.0002_chain_head_schedule")
+    migration = importlib.import_module("audit.migrations.0003_chain_head_schedule")
     Schedule.objects.filter(name=migration.NAME).delete()  # a transactional test may have flushed it
     migration.create_schedule(django_apps, None)
     schedule = Schedule.objects.get(name=migration.NAME)

@@ -18,7 +18,7 @@ def drop_schedule(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("audit", "0001_initial"),
+        ("audit", "0002_alter_auditevent_kind"),
         ("django_q", "0019_alter_task_options_alter_ormq_key_alter_ormq_lock_and_more"),
     ]
     operations = [migrations.RunPython(create_schedule, drop_schedule)]
