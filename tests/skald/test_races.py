@@ -109,3 +109,22 @@ def test_20_back_referrals_of_one_run_resume_it_once(alice, world):
     statuses = sorted(status for status, _ in answers)
     assert statuses == [202] + [409] * (N - 1), answers
     assert Exchange.objects.filter(session=run.session).count() == 2
+
+
+@pytest.mark.parametrize("same_content", [True, False])
+def test_20_writes_of_one_new_workspace_file_make_one_row_and_a_version_each(alice, same_content):
+    from skald.models import WorkspaceFile
+    from skald.sessions.workspace import workspace_read, workspace_write
+
+    seed_agents()
+    session = services.session_create(user=alice, title="t")
+    written = race(N, lambda i: workspace_write(session_id=session.pk, path="reports/a.md",
+                                                data=b"same" if same_content else f"v{i}".encode(),
+                                                actor=Actor.user(alice)))
+    assert not [w for w in written if isinstance(w, BaseException)], written
+    row = WorkspaceFile.objects.get(session=session, path="reports/a.md")
+    audited = AuditEvent.objects.filter(kind=AuditKind.WORKSPACE_FILE_WRITTEN).count()
+    if same_content:
+        assert (row.version, audited, workspace_read(session_id=session.pk, path="reports/a.md")) == (1, 1, "same")
+    else:  # serialised like sequential writes: versions 1..20, each audited once
+        assert (row.version, audited) == (N, N)
