@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
@@ -16,7 +15,9 @@ from approvals.engine import ACTIONS, Decision
 from approvals.policy import decide
 from approvals.selectors import agent_exists, tools_catalog, user_id_resolve
 from skald.core.api.errors_schema import error_responses
+from skald.core.api.input_checks import json_loads_checked
 from skald.core.api.permissions import roles
+from skald.core.errors import SkaldError
 from skald.core.roles import Role
 
 _RULE_FIELDS = {
@@ -73,9 +74,9 @@ class ExplainQuery(serializers.Serializer):
 
     def validate_args(self, value: str) -> dict[str, Any]:
         try:
-            parsed = json.loads(value)
-        except ValueError as exc:
-            raise serializers.ValidationError(f"not JSON: {exc}") from None
+            parsed = json_loads_checked(value, where="args")
+        except SkaldError as exc:
+            raise serializers.ValidationError(exc.message, code=exc.code) from None
         if not isinstance(parsed, dict):
             raise serializers.ValidationError("must be a JSON object")
         return parsed

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from approvals.models import ApprovalStatus, KnownTool, PendingApproval, ToolCategory
 from audit.actors import Actor
@@ -25,22 +25,25 @@ from skald.loop_adapters.work import work_on_commit
 def known_tools_record(*, specs: Sequence[ToolSpec], category: str = ToolCategory.DYNAMIC) -> int:
     """Upsert tools offered to a model; returns how many were new."""
     now = clock.now()
-    created = 0
     with transaction.atomic():
         existing = set(KnownTool.objects.filter(name__in=[s.name for s in specs]).values_list("name", flat=True))
-        fresh = [s for s in specs if s.name not in existing]
-        KnownTool.objects.bulk_create(
-            [KnownTool(name=s.name, category=category, description=s.description[:500], first_seen=now,
-                       last_seen=now) for s in fresh],
-            ignore_conflicts=True,
-        )
+        created: list[str] = []
+        # One savepoint per new name, in name order (concurrent recorders lock names in the same
+        # order, so they cannot deadlock): a name a concurrent recorder inserted first is theirs to
+        # audit, so every tool is recorded, and audited, exactly once.
+        for spec in sorted((s for s in specs if s.name not in existing), key=lambda s: s.name):
+            try:
+                with transaction.atomic():
+                    KnownTool.objects.create(name=spec.name, category=category, description=spec.description[:500],
+                                             first_seen=now, last_seen=now)
+            except IntegrityError:
+                continue
+            created.append(spec.name)
         KnownTool.objects.filter(name__in=existing).update(last_seen=now)
-        created = len(fresh)
-        if fresh:
+        if created:
             audit_append(actor=Actor.system("discovery"), kind=AuditKind.KNOWN_TOOL_RECORDED, subject_type="tool",
-                         subject_id=",".join(sorted(s.name for s in fresh))[:64],
-                         payload={"tools": sorted(s.name for s in fresh)})
-    return created
+                         subject_id=",".join(created)[:64], payload={"tools": created})
+    return len(created)
 
 
 # --- durable approvals -------------------------------------------------------------------------

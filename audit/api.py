@@ -11,7 +11,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from audit.chain import VerifyReport
-from audit.services import chain_head_export_latest, chain_verify
+from audit.heads import CheckedHead, chain_verify_with_head
+from audit.services import chain_head_export_latest
 from skald.core.api.errors_schema import error_responses
 from skald.core.api.permissions import roles
 from skald.core.roles import Role
@@ -39,12 +40,22 @@ VerifySerializer = inline_serializer(
         "reason": serializers.CharField(allow_null=True),
         "head": _Head,
         "recorded_head": _RecordedHead,
+        "checked_head": inline_serializer(
+            name="AuditCheckedHead",
+            fields={"seq": serializers.IntegerField(), "hash": serializers.CharField(),
+                    "recorded_at": serializers.CharField(), "signed": serializers.BooleanField(),
+                    "source": serializers.CharField(help_text="database, or the exported head file"),
+                    "age_seconds": serializers.IntegerField(allow_null=True)},
+            allow_null=True,
+            help_text="The newest head the check ran against; null: none, so a cut-off tail would go unseen.",
+        ),
     },
 )
 
 
-def verify_body(report: VerifyReport) -> dict[str, Any]:
-    """The JSON body for a report; ``head`` is the tip of the rows that verified."""
+def verify_body(report: VerifyReport, checked: CheckedHead | None = None) -> dict[str, Any]:
+    """The JSON body for a report; ``head`` is the tip of the rows that verified, ``checked_head``
+    the newest recorded head the check ran against."""
     return {
         "ok": report.ok,
         "rows": report.rows,
@@ -52,6 +63,11 @@ def verify_body(report: VerifyReport) -> dict[str, Any]:
         "reason": report.reason,
         "head": {"seq": report.tip_seq, "hash": report.tip_hash},
         "recorded_head": chain_head_export_latest(),
+        "checked_head": None if checked is None else {
+            "seq": checked.seq, "hash": checked.hash, "recorded_at": checked.recorded_at, "signed": checked.signed,
+            "source": "database" if checked.source == "database" else "file",
+            "age_seconds": None if checked.age is None else int(checked.age.total_seconds()),
+        },
     }
 
 
@@ -68,4 +84,4 @@ class ChainVerifyView(APIView):
         responses={200: VerifySerializer, **error_responses()},
     )
     def get(self, request: Request) -> Response:
-        return Response(verify_body(chain_verify()))
+        return Response(verify_body(*chain_verify_with_head()))

@@ -59,6 +59,7 @@ def admit_exchange(
     admission = env.store.admit(
         session_id=env.scope.session_id, request_key=request_key, content=content, principal=env.principal,
         config={"bounds": env.bounds.as_dict(), "agent": env.agent.name, "provider": env.provider.name,
+                "principal": env.principal,  # whose turn: later drivers rebuild the scope from it
                 "budget_tokens": env.bounds.budget_tokens},
         author=author, claim_token=claim_token,
     )

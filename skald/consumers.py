@@ -23,6 +23,7 @@ from skald.core.errors import SkaldError
 from skald.loop_adapters.bus import session_group
 from skald.loop_adapters.translate import translate_delta, translate_event
 from skald.sessions import selectors
+from skald.sessions.access import SessionAction, may, may_use_sessions, session_for
 from skald.sessions.services import session_wake
 
 logger = logging.getLogger(__name__)
@@ -56,17 +57,19 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
-        if not await database_sync_to_async(selectors.may_converse)(user):
+        if not await database_sync_to_async(may_use_sessions)(user):
             await self.close(code=4403)
             return
         try:
             after = int((query.get("after") or ["0"])[0])
+            if after >= 2**63:
+                raise ValueError("after is beyond any sequence")
         except ValueError:
             await self.close(code=4400)
             return
         try:
-            self.session = await database_sync_to_async(selectors.session_get)(
-                user=user, session_id=int(self.scope["url_route"]["kwargs"]["session_id"])
+            self.session = await database_sync_to_async(session_for)(
+                user=user, session_id=int(self.scope["url_route"]["kwargs"]["session_id"]), action=SessionAction.READ
             )
         except SkaldError:
             await self.close(code=4404)
@@ -125,6 +128,11 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         if kind == "stop":
             from skald.sessions.services import session_stop
 
+            # The same rule as REST's stop route: readers who may not stop get a refusal frame.
+            if not await database_sync_to_async(may)(self.user, SessionAction.STOP, self.session):
+                await self.send_json({"type": "error", "code": "session_stop_forbidden",
+                                      "message": "Only the session's owner or an operator may stop it."})
+                return
             await database_sync_to_async(session_stop)(user=self.user, session=self.session)
             await self.send_json({"type": "stop.accepted"})
             return

@@ -9,6 +9,7 @@ A failing preparation (e.g. `check` refusing a partial provider profile) exits n
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from skald.core.var import var_dir_path, var_dir_prepare
 
@@ -54,6 +56,72 @@ def _prepare_in_process() -> int:
         return 1
     call_command("migrate", interactive=False, verbosity=0)
     call_command("seed_demo")
+    from audit.actors import Actor
+    from audit.heads import chain_head_checkpoint
+
+    chain_head_checkpoint(actor=Actor.system("launcher"))  # and at start: the chain as found
+    return 0
+
+
+def _record_chain_head() -> None:
+    """Record and export a signed audit chain head (audit/heads.py) in a child process; a failure
+    is reported, never fatal: the scheduled recording catches up."""
+    code = subprocess.run([sys.executable, "-m", "skald.launcher", "--record-head"], cwd=BASE_DIR).returncode
+    if code != 0:
+        print(f"Recording the audit chain head failed (exit code {code}).", file=sys.stderr)
+
+
+def _record_chain_head_in_process() -> int:
+    import django
+
+    django.setup()
+    from audit.actors import Actor
+    from audit.heads import chain_head_checkpoint
+
+    head = chain_head_checkpoint(actor=Actor.system("launcher"))
+    print(f"Audit chain head recorded: seq {head.seq}.", flush=True)
+    return 0
+
+
+def _serve(argv: list[str]) -> int:
+    """daphne, with the HTTP layer's own refusals answered as JSON.
+
+    Twisted reads a request line or header line of at most 16 KiB and otherwise drops the
+    connection without a word; a malformed request gets a bare ``400``. Here a too-long request
+    line answers ``414 {"code": "uri_too_long"}``, a too-long header line ``431``, anything else
+    it refuses ``400 {"code": "bad_request"}``. Shorter oversize query strings reach Django's
+    request guard (``SKALD_MAX_QUERY_BYTES``), which answers the same 414 body.
+    """
+    from daphne import http_protocol
+    from daphne.cli import CommandLineInterface
+    from twisted.web import http
+
+    class GuardedChannel(http.HTTPChannel):
+        def _refuse(self, status: bytes, code: str, message: str) -> None:
+            # The {code, message, extra} body (skald.core.api.exceptions.error_body; importing it
+            # here would load Django before daphne sets it up).
+            body = json.dumps({"code": code, "message": message, "extra": {}}).encode()
+            head = (b"HTTP/1.1 " + status + b"\r\nContent-Type: application/json\r\nContent-Length: "
+                    + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n")
+            transport: Any = self.transport
+            transport.write(head + body)
+            self.loseConnection()
+
+        def lineLengthExceeded(self, line: bytes) -> None:
+            if getattr(self, "_HTTPChannel__first_line", 0):
+                self._refuse(b"414 URI Too Long", "uri_too_long", "The request line is too long.")
+            else:
+                self._refuse(b"431 Request Header Fields Too Large", "headers_too_large", "A header is too long.")
+
+        def _respondToBadRequestAndDisconnect(self) -> None:
+            self._refuse(b"400 Bad Request", "bad_request", "Malformed HTTP request.")
+
+    def guarded_protocol(factory: object) -> http._GenericHTTPChannelProtocol:
+        return http._GenericHTTPChannelProtocol(GuardedChannel())
+
+    http_protocol.HTTPFactory.protocol = guarded_protocol  # type: ignore[assignment]
+    sys.argv = ["daphne", *argv]
+    CommandLineInterface.entrypoint()
     return 0
 
 
@@ -100,6 +168,8 @@ def _wait_until_serving(
 def main() -> int:
     _die_with_parent()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "skald.settings")
+    # The latest signed chain head is exported here unless the operator names another sink.
+    os.environ.setdefault("SKALD_CHAIN_HEAD_FILE", str(var_dir_path(BASE_DIR) / "chain_head.json"))
     host = os.environ.get("HOST", "127.0.0.1")
     port = os.environ.get("PORT", "8000")
     var_dir_prepare(var_dir_path(BASE_DIR))  # before any child reads settings: one secret key for all
@@ -118,7 +188,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        daphne = _spawn([sys.executable, "-m", "daphne", "-b", host, "-p", port, "skald.asgi:application"])
+        daphne = _spawn([sys.executable, "-m", "skald.launcher", "--serve", "-b", host, "-p", port,
+                         "skald.asgi:application"])
         children.append(daphne)
         children.append(_spawn([sys.executable, str(BASE_DIR / "manage.py"), "qcluster"]))
         children.append(_spawn([sys.executable, str(BASE_DIR / "manage.py"), "skald_sweeper"]))
@@ -138,12 +209,17 @@ def main() -> int:
             time.sleep(0.2)
     finally:
         _stop(children)
+        _record_chain_head()  # a head at shutdown: a tail cut while Skald is down is then visible
     print("Skald stopped.", flush=True)
     return 1 if crashed else 0
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "skald.settings")
     if sys.argv[1:] == ["--prepare"]:
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "skald.settings")
         sys.exit(_prepare_in_process())
+    if sys.argv[1:] == ["--record-head"]:
+        sys.exit(_record_chain_head_in_process())
+    if sys.argv[1:2] == ["--serve"]:
+        sys.exit(_serve(sys.argv[2:]))
     sys.exit(main())

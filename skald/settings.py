@@ -17,7 +17,7 @@ from pathlib import Path
 import dj_database_url
 
 from skald.core.env import envbool, envint, envlist, envstr
-from skald.core.var import embedded_secret_key, var_dir_path
+from skald.core.var import embedded_audit_key, embedded_secret_key, var_dir_path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # Settings create no directory and write no file: manage.py, the launcher and the tests prepare var/.
@@ -52,6 +52,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "skald.core.api.middleware.RequestGuardMiddleware",  # malformed input → JSON 4xx before anything else
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -165,6 +166,18 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "UNAUTHENTICATED_USER": None,
 }
+# The request guard (skald/core/api/middleware.py, docs/api-limits.md): body limits by URL name
+# (413 above them), the query-string limit (414) and the prefixes whose every error is JSON.
+SKALD_API_PREFIXES = ("/api/", "/workflow/")
+SKALD_MAX_QUERY_BYTES = envint("SKALD_MAX_QUERY_BYTES", 12 * 1024, minimum=1024)  # twisted cuts at 16 KiB
+SKALD_BODY_LIMITS: dict[str, int] = {
+    "default": 64 * 1024,  # resolves, decisions, notes (≤ 8,000 characters, JSON-escaped)
+    "session-messages": 512 * 1024,  # a 64 KiB message, even written as \\uXXXX escapes
+    "workflow-gdl": 64 * 1024,  # an 8 KiB ticket, escaped
+    "cases": 64 * 1024,  # a case: title and description
+    "token_obtain_pair": 8 * 1024,  # a username and a password
+    "token_refresh": 8 * 1024,
+}
 SIMPLE_JWT = {
     "ACCESS_TOKEN_LIFETIME": timedelta(minutes=envint("SKALD_JWT_ACCESS_MINUTES", 15, minimum=1)),
     "REFRESH_TOKEN_LIFETIME": timedelta(days=1),
@@ -248,7 +261,12 @@ SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 
 # --- Skald ------------------------------------------------------------------------------------
 SKALD_FOUR_EYES = envbool("SKALD_FOUR_EYES", False)
-SKALD_AUDIT_KEY = envstr("SKALD_AUDIT_KEY")
+# Signs recorded chain heads (HMAC-SHA256). The embedded profile generates one under var/;
+# production names it (skald.W002 warns when it is missing). docs/audit-heads.md.
+SKALD_AUDIT_KEY = envstr("SKALD_AUDIT_KEY") or (embedded_audit_key(VAR_DIR) if DEBUG else "")
+# Where the latest signed head is exported (besides the ``skald.audit.chain_head`` log line); the
+# launcher defaults it to var/chain_head.json. Keep it where the database's writers cannot write.
+SKALD_CHAIN_HEAD_FILE = envstr("SKALD_CHAIN_HEAD_FILE")
 SKALD_METRICS_TOKEN = envstr("SKALD_METRICS_TOKEN")
 SKALD_DEMO_PASSWORD = envstr("SKALD_DEMO_PASSWORD")
 SKALD_WORKSPACE_ROOT = Path(envstr("SKALD_WORKSPACE_ROOT", str(VAR_DIR / "workspaces")))

@@ -14,10 +14,12 @@ from loop.models import Exchange, Session, SessionEvent
 from skald.core.api.errors_schema import error_responses
 from skald.core.api.permissions import caller, roles
 from skald.core.api.schema import MAX_ID
-from skald.core.errors import SkaldError
+from skald.core.errors import Forbidden, SkaldError
 from skald.sessions import selectors, services
+from skald.sessions.access import SESSION_ROLES, SessionAction, may_create_session, session_for, sessions_readable_by
 
-ANY_ROLE = roles(*selectors.SESSION_ROLES)
+ANY_ROLE = roles(*SESSION_ROLES)
+READ, WRITE, STOP = SessionAction.READ, SessionAction.WRITE, SessionAction.STOP
 MAX_EVENTS_PAGE = 500
 
 
@@ -75,14 +77,17 @@ class SessionListCreate(APIView):
     @extend_schema(operation_id="session_list", summary="List the sessions you may see (newest 200)",
                    responses={200: SessionSerializer(many=True), **error_responses()})
     def get(self, request: Request) -> Response:
-        sessions = selectors.sessions_visible_to(caller(request))[:200]
+        sessions = sessions_readable_by(caller(request))[:200]
         return Response(SessionSerializer(sessions, many=True).data)
 
     @extend_schema(operation_id="session_create", summary="Open a session with an agent",
                    request=SessionCreateSerializer,
                    responses={201: SessionSerializer, **error_responses(
-                       _400=("invalid", "agent_unknown", "case_unknown"), _403="case_forbidden")})
+                       _400=("invalid", "agent_unknown", "case_unknown"),
+                       _403=("case_forbidden", "session_create_forbidden"))})
     def post(self, request: Request) -> Response:
+        if not may_create_session(caller(request)):
+            raise Forbidden("Auditors read sessions; they do not hold their own.", code="session_create_forbidden")
         body = SessionCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         session = services.session_create(user=caller(request), agent=body.validated_data.get("agent"),
@@ -97,7 +102,7 @@ class SessionDetail(APIView):
     @extend_schema(operation_id="session_get", summary="Get a session",
                    responses={200: SessionSerializer, **error_responses(_404="session_not_found")})
     def get(self, request: Request, session_id: int) -> Response:
-        return Response(SessionSerializer(selectors.session_get(user=caller(request), session_id=session_id)).data)
+        return Response(SessionSerializer(session_for(user=caller(request), session_id=session_id, action=READ)).data)
 
 
 class SessionMessages(APIView):
@@ -112,10 +117,11 @@ class SessionMessages(APIView):
         responses={202: ExchangeSerializer, **error_responses(
             _400=("invalid", "message_invalid", "message_too_large", "credential_tripwire",
                   "idempotency_key_invalid"),
-            _404="session_not_found", _409=("session_busy", "session_awaiting_human"))},
+            _403="session_write_forbidden", _404="session_not_found",
+            _409=("session_busy", "session_awaiting_human"))},
     )
     def post(self, request: Request, session_id: int) -> Response:
-        session = selectors.session_get(user=caller(request), session_id=session_id)
+        session = session_for(user=caller(request), session_id=session_id, action=WRITE)
         body = MessageSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         key = request.headers.get("Idempotency-Key") or None
@@ -135,7 +141,7 @@ class ExchangeDetail(APIView):
                    responses={200: ExchangeSerializer,
                               **error_responses(_404=("session_not_found", "exchange_not_found"))})
     def get(self, request: Request, session_id: int, exchange_id: int) -> Response:
-        session = selectors.session_get(user=caller(request), session_id=session_id)
+        session = session_for(user=caller(request), session_id=session_id, action=READ)
         return Response(ExchangeSerializer(selectors.exchange_get(session=session, exchange_id=exchange_id)).data)
 
 
@@ -149,7 +155,7 @@ class SessionEvents(APIView):
         responses={200: EventPageSerializer, **error_responses(_400="invalid", _404="session_not_found")},
     )
     def get(self, request: Request, session_id: int) -> Response:
-        session = selectors.session_get(user=caller(request), session_id=session_id)
+        session = session_for(user=caller(request), session_id=session_id, action=READ)
         return Response(events_page(request, session))
 
 
@@ -158,9 +164,10 @@ class SessionStop(APIView):
 
     @extend_schema(operation_id="session_stop", summary="Stop the running exchange, if any",
                    request=None, responses={202: ExchangeSerializer, 200: NothingToStopSerializer,
-                                            **error_responses(_404="session_not_found")})
+                                            **error_responses(_403="session_stop_forbidden",
+                                                              _404="session_not_found")})
     def post(self, request: Request, session_id: int) -> Response:
-        session = selectors.session_get(user=caller(request), session_id=session_id)
+        session = session_for(user=caller(request), session_id=session_id, action=STOP)
         exchange = services.session_stop(user=caller(request), session=session)
         if exchange is None:
             return Response({"stopped": None}, status=status.HTTP_200_OK)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from audit.actors import Actor
 from audit.kinds import AuditKind
@@ -42,7 +42,9 @@ SETTLED_STATUS: dict[str, str] = {
 def run_launch(*, user: AbstractBaseUser, case_id: int, ticket: str, launch_key: str) -> tuple[Run, bool]:
     """Create a fresh run, its session and first exchange (the ticket), and schedule it.
 
-    Returns ``(run, created)``; an existing launch key returns its run and does no new work.
+    Returns ``(run, created)``; an existing launch key returns its run and does no new work. A
+    concurrent launch with the same key is answered like a sequential retry: the unique launch key
+    decides the winner inside the transaction, and every loser returns the winner's run.
     """
     key = f"case{case_id}:{launch_key}"
     existing = Run.objects.filter(launch_key=key).first()
@@ -52,13 +54,19 @@ def run_launch(*, user: AbstractBaseUser, case_id: int, ticket: str, launch_key:
     if case is None:
         raise NotFound("No such case.", code="case_not_found")
     try:
-        return _launch(user=user, case=case, ticket=ticket, key=key), True
+        return _run_create(user=user, case=case, ticket=ticket, key=key), True
     except InputRefused as exc:  # the run and its session rolled back; the refusal is recorded apart
         raise input_refusal_record(user=user, refused=exc, where="gdl_ticket", subject_type="case",
                                    subject_id=case.pk, size=len(ticket.encode("utf-8"))) from None
+    except IntegrityError:
+        # A concurrent launch with this key committed first; this transaction rolled back whole.
+        winner = Run.objects.filter(launch_key=key).first()
+        if winner is None:
+            raise
+        return winner, False
 
 
-def _launch(*, user: AbstractBaseUser, case: Case, ticket: str, key: str) -> Run:
+def _run_create(*, user: AbstractBaseUser, case: Case, ticket: str, key: str) -> Run:
     store = kernel_store()
     with transaction.atomic():
         session = store.create_session(owner_id=user.pk, agent=TROUBLESHOOTER, source="workflow",
@@ -69,7 +77,8 @@ def _launch(*, user: AbstractBaseUser, case: Case, ticket: str, key: str) -> Run
         audit_append(actor=Actor.user(user), kind=AuditKind.RUN_LAUNCHED, subject_type="run", subject_id=run.pk,
                      payload={"case": case.pk, "session": session.pk, "launch_key": key,
                               "ticket_bytes": len(ticket.encode("utf-8"))})
-        exchange, _ = admit_exchange(build_env(session), request_key=key, content=ticket, author=f"user:{user.pk}")
+        exchange, _ = admit_exchange(build_env(session, acting_user_id=user.pk), request_key=key, content=ticket,
+                                     author=f"user:{user.pk}")
         work_on_commit("skald.tasks.run_kernel_turn", exchange.pk, key=f"drive:e{exchange.pk}")
     return run
 
@@ -189,7 +198,8 @@ def _back_refer(*, user: AbstractBaseUser, run_id: int, note: str) -> Run:
         number = Exchange.objects.filter(session_id=run.session_id).count() + 1
         audit_append(actor=Actor.user(user), kind=AuditKind.RUN_BACK_REFERRED, subject_type="run",
                      subject_id=run.pk, payload={"note": note[:2000]})
-        exchange, _ = admit_exchange(build_env(run.session), request_key=f"{run.launch_key}:back-referral:{number}",
+        exchange, _ = admit_exchange(build_env(run.session, acting_user_id=user.pk),
+                                     request_key=f"{run.launch_key}:back-referral:{number}",
                                      content=f"[back-referral from a human operator]\n{note}",
                                      author=f"user:{user.pk}")
         run.status, run.closed_by_human, run.finished_at = RunStatus.RUNNING, False, None

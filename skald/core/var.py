@@ -11,6 +11,7 @@ import secrets
 from pathlib import Path
 
 SECRET_KEY_FILE = "secret_key"  # noqa: S105 - a file name, not a secret
+AUDIT_KEY_FILE = "audit_key"  # signs recorded audit chain heads (docs/audit-heads.md)
 
 
 def var_dir_path(base_dir: Path) -> Path:
@@ -22,11 +23,15 @@ def var_dir_prepare(var_dir: Path) -> Path:
     """Create the directory and the embedded profile's secret key (kept so sessions survive a
     restart; 0600). Idempotent."""
     var_dir.mkdir(parents=True, exist_ok=True)
-    key = var_dir / SECRET_KEY_FILE
-    if not key.exists():
-        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(secrets.token_urlsafe(50))
+    for name in (SECRET_KEY_FILE, AUDIT_KEY_FILE):
+        key = var_dir / name
+        if not key.exists():
+            try:
+                fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:  # another entry point made it meanwhile
+                continue
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(secrets.token_urlsafe(50))
     return var_dir
 
 
@@ -37,3 +42,12 @@ def embedded_secret_key(var_dir: Path) -> str:
         return (var_dir / SECRET_KEY_FILE).read_text(encoding="utf-8").strip()
     except OSError:
         return secrets.token_urlsafe(50)
+
+
+def embedded_audit_key(var_dir: Path) -> str:
+    """The embedded profile's chain-head signing key, or ``""`` (heads unsigned) when
+    `var_dir_prepare` did not run: a throwaway key would sign heads nothing could check later."""
+    try:
+        return (var_dir / AUDIT_KEY_FILE).read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""

@@ -13,7 +13,7 @@ from loop.driver import LoopEnv
 from loop.errors import HarnessError
 from loop.events import EventKind
 from loop.hooks import LoopHooks
-from loop.models import Session, SessionEvent
+from loop.models import Exchange, Session, SessionEvent
 from loop.ports import AgentSpec, Gate, TurnScope
 from loop.providers.base import LlmProvider
 from loop.providers.playbook import PlaybookProvider
@@ -86,12 +86,31 @@ def session_extras(session: Session) -> dict[str, Any]:
     return {"case_id": attached} if attached else {}
 
 
-def build_env(session: Session, *, exchange_id: int = 0, hooks: LoopHooks | None = None) -> LoopEnv:
+def admitted_by(session: Session, exchange_id: int) -> int | None:
+    """Whose turn an exchange is: the user who admitted it (recorded in its config at admission),
+    else the session's owner (exchanges admitted before the principal was recorded)."""
+    if exchange_id:
+        config = Exchange.objects.filter(pk=exchange_id).values_list("config", flat=True).first() or {}
+        principal = str(config.get("principal", ""))
+        if principal.startswith("user:") and principal[5:].isdigit():
+            return int(principal[5:])
+    return session.owner_id
+
+
+def build_env(session: Session, *, exchange_id: int = 0, hooks: LoopHooks | None = None,
+              acting_user_id: int | None = None) -> LoopEnv:
+    """The kernel's environment for one turn of ``session``.
+
+    The principal (audit actor, and the user whose security groups gate the tools) is the acting
+    user: ``acting_user_id`` at admission, else the user who admitted ``exchange_id``. Never
+    silently the owner when someone else wrote the message (docs/access-model.md).
+    """
     agent = AgentRowCatalog().get(session.agent)
     bounds = deployment_bounds().override(agent.bounds)
+    user_id = acting_user_id if acting_user_id is not None else admitted_by(session, exchange_id)
     scope = TurnScope(
-        session_id=session.pk, exchange_id=exchange_id, principal=f"user:{session.owner_id}",
-        user_id=session.owner_id, agent=agent.name, workspace=workspace_for(session.pk), source=session.source,
+        session_id=session.pk, exchange_id=exchange_id, principal=f"user:{user_id}",
+        user_id=user_id, agent=agent.name, workspace=workspace_for(session.pk), source=session.source,
         extras=session_extras(session),
     )
     return LoopEnv(

@@ -78,7 +78,7 @@ def session_message_submit(
         raise SkaldError("content must not be empty", code="message_invalid", http_status=400)
     if len(content.encode("utf-8")) > MAX_MESSAGE_BYTES:
         raise SkaldError(f"content is over {MAX_MESSAGE_BYTES} bytes", code="message_too_large", http_status=400)
-    env = build_env(session)
+    env = build_env(session, acting_user_id=user.pk)  # the writer's groups gate the turn, never the owner's
     repair_stale_exchange(session=session)
     key = request_key or new_token()
     try:

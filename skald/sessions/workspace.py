@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from audit.actors import Actor
 from audit.kinds import AuditKind
@@ -98,12 +98,20 @@ def workspace_write(*, session_id: int, path: str, data: bytes, actor: Actor) ->
     with transaction.atomic():
         blob, _ = WorkspaceBlob.objects.get_or_create(digest=digest, defaults={"size": len(data), "content": data})
         row = WorkspaceFile.objects.select_for_update().filter(session_id=session_id, path=normal).first()
-        if row is not None and row.blob_id == digest:
-            return row
         now = clock.now()
+        created = False
         if row is None:
-            row = WorkspaceFile.objects.create(session_id=session_id, path=normal, blob=blob, updated_at=now)
-        else:
+            try:
+                with transaction.atomic():
+                    row = WorkspaceFile.objects.create(session_id=session_id, path=normal, blob=blob, updated_at=now)
+                created = True
+            except IntegrityError:
+                # A concurrent writer created the path first (no row existed to lock): this write
+                # becomes the next version of it, like a sequential one.
+                row = WorkspaceFile.objects.select_for_update().get(session_id=session_id, path=normal)
+        if not created and row.blob_id == digest:
+            return row
+        if not created:
             row.blob, row.version, row.updated_at = blob, row.version + 1, now
             row.save(update_fields=["blob", "version", "updated_at"])
         audit_append(actor=actor, kind=AuditKind.WORKSPACE_FILE_WRITTEN, subject_type="session",

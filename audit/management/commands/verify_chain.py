@@ -1,4 +1,9 @@
-"""``manage.py verify_chain [--head FILE]``: exit 0 when the audit chain is intact, 1 when not."""
+"""``manage.py verify_chain [--head FILE]``: exit 0 when the audit chain is intact, 1 when not.
+
+Without ``--head`` the head exported to ``SKALD_CHAIN_HEAD_FILE`` (if any) is checked too. The
+report names the newest head checked against and its age: a tail cut off after that head is the
+one truncation no check can see (docs/audit-heads.md).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from audit.services import chain_verify
+from audit.heads import CheckedHead, chain_verify_with_head
 
 
 class Command(BaseCommand):
@@ -32,16 +37,28 @@ class Command(BaseCommand):
             if not isinstance(exported, dict):
                 raise CommandError(f"head file {head} does not hold a JSON object")
         try:
-            report = chain_verify(exported_head=exported)
+            report, checked = chain_verify_with_head(exported_head=exported, exported_from=str(head or ""))
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         if report.ok:
             rows = f"{report.rows} row" + ("" if report.rows == 1 else "s")
             self.stdout.write(f"audit chain intact: {rows}, head seq {report.tip_seq} {report.tip_hash}")
+            self.stdout.write(describe(checked))
             return
         self.stderr.write(
             f"audit chain BROKEN at seq {report.first_bad_seq}: {report.reason} "
             f"({report.rows} rows examined; last good seq {report.tip_seq})"
         )
+        self.stderr.write(describe(checked))
         # A plain exit status for cron and CI; call_command callers see SystemExit(1).
         raise SystemExit(1)
+
+
+def describe(checked: CheckedHead | None) -> str:
+    """One line naming the head checked against, its source and age."""
+    if checked is None:
+        return "checked against no recorded head: a truncated tail would go unnoticed (docs/audit-heads.md)"
+    age = "age unknown" if checked.age is None else f"{int(checked.age.total_seconds())} s old"
+    signed = "signed" if checked.signed else "unsigned"
+    return (f"checked against head seq {checked.seq} ({signed}, {checked.source}, recorded {checked.recorded_at}, "
+            f"{age})")

@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -24,6 +25,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     """Map every exception raised under DRF to the stable error body."""
     if isinstance(exc, SkaldError):
         return Response(error_body(exc.code, exc.message, exc.extra), status=exc.http_status)
+    refused = bad_input(exc)
+    if refused is not None:
+        return refused
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
@@ -52,3 +56,17 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         extra = {}
     response.data = error_body(str(code), message, extra)
     return response
+
+
+def bad_input(exc: Exception) -> Response | None:
+    """Exceptions that only malformed input raises, answered 4xx (the request guard refuses most
+    of them before a view runs; these catch what a view parses itself)."""
+    if isinstance(exc, RequestDataTooBig):
+        return Response(error_body("request_too_large", "The request body is too large."), status=413)
+    if isinstance(exc, RecursionError):  # json.loads of a deeply nested document
+        return Response(error_body("json_too_deep", "The JSON nests too deeply."), status=400)
+    if isinstance(exc, OverflowError):  # SQLite binds integers up to 2**63 - 1
+        return Response(error_body("out_of_range", "A number is out of range."), status=400)
+    if isinstance(exc, UnicodeError):  # a lone surrogate meeting an encoder
+        return Response(error_body("invalid_unicode", "The input is not valid Unicode."), status=400)
+    return None

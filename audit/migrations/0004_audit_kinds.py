@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('audit', '0002_alter_auditevent_kind'),
+        ('audit', '0003_chain_head_schedule'),
     ]
 
     operations = [
