@@ -1,5 +1,6 @@
 """``make bench``: :mod:`bench.kernel` on a fresh SQLite file, then on a fresh PostgreSQL database;
 then :mod:`bench.stream_latency`, event commit → websocket client, in the embedded and Redis profiles.
+then the load test (:mod:`bench.load`) against daphne + 2 qclusters on PostgreSQL + Redis.
 
 Each run is a fresh process with a hermetic environment (no ``SKALD_*``/``DATABASE_URL`` from the
 shell), so the two databases are measured under the same code and settings. Targets are reported
@@ -28,6 +29,7 @@ STREAM_POSTGRES_URL = os.environ.get("BENCH_STREAM_POSTGRES_URL",
                                      "postgres://postgres@127.0.0.1:5432/skald_bench_stream")
 STREAM_REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/6")
 STREAM_TARGET_P95_MS = {"embedded": 250.0, "redis": 50.0}
+LOAD_TIMEOUT_S = 1200
 # Variables that would make a run depend on the developer's shell (as in skald.testrun).
 _HERMETIC_PREFIXES = ("BRAIN_GDL_PROVIDER_", "SKALD_", "REDIS_URL", "DATABASE_URL", "BRAIN_ENGINE_")
 
@@ -180,7 +182,22 @@ def main() -> int:
     print(stream_summary(streams), flush=True)
     failed = [name for name, value in [*results.items(), *streams.items()]
               if isinstance(value, str) and not value.startswith("unreachable")]
+    if run_load() != 0:
+        failed.append("load test")
     return 1 if failed else 0
+
+
+def run_load() -> int:
+    """The load test (bench/load.py): daphne + 2 qclusters on PostgreSQL + Redis, loopback only.
+    Its acceptance lines (no 5xx, no failed tool call, nothing stuck, connections within the
+    pool ceiling) decide its exit status."""
+    print("\n=== Load test (bench/load.py) ===", flush=True)
+    try:
+        return subprocess.run([sys.executable, "-m", "bench.load"], cwd=BASE_DIR, timeout=LOAD_TIMEOUT_S,
+                              check=False).returncode
+    except subprocess.TimeoutExpired:
+        print(f"the load test did not finish within {LOAD_TIMEOUT_S} s", flush=True)
+        return 1
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from loop.budgets import BudgetRefused, DispatchAuthority
 from loop.cancellation import CancelToken
 from loop.dispatch import DispatchCanceled, dispatch
 from loop.env import LoopEnv
-from loop.errors import ClaimRefused, LoopError, ProviderError
+from loop.errors import ClaimRefused, InfrastructureError, LoopError, ProviderError
 from loop.failpoints import failpoint
 from loop.hooks import HookPoint
 from loop.masking import withhold_credentials
@@ -39,6 +39,7 @@ from loop.steps import Answer, CapReached, ToolRound, classify_turn
 from loop.store import Ledger, ParsedCall, parsed_from_row
 from loop.tools.execute import ToolOutcome
 from loop.tools.fanout import journal_upfront, run_round
+from loop.tools.infra import is_infrastructure_error
 from loop.watch import StopWatcher
 
 # ``LoopEnv`` is imported from here by callers: it is the driver's argument.
@@ -84,10 +85,14 @@ def drive_exchange(
         with StopWatcher(env.store, exchange.pk, token, env.cancel_poll_interval, claim=claim_token):
             outcome = _loop(_Drive.start(env, exchange, token, approved), resume)
     except LoopError as exc:
-        env.store.mark_broken(exchange, code=exc.code, message=str(exc), principal=env.principal)
+        _mark_broken(env, exchange, code=exc.code, message=str(exc))
         raise
     except Exception as exc:
-        env.store.mark_broken(exchange, code="internal_error", message=repr(exc), principal=env.principal)
+        if is_infrastructure_error(exc):  # a store write met a database failure: typed, not internal
+            _mark_broken(env, exchange, code="store_infrastructure_error", message=repr(exc))
+            raise InfrastructureError(f"store write failed: {type(exc).__name__}",
+                                      code="store_infrastructure_error") from exc
+        _mark_broken(env, exchange, code="internal_error", message=repr(exc))
         raise
     return ExchangeResult(exchange.pk, outcome, exchange.receipt)
 
@@ -108,6 +113,17 @@ def finish_round(
     except LoopError as exc:
         env.store.mark_broken(exchange, code=exc.code, message=str(exc), principal=env.principal)
         raise
+
+
+def _mark_broken(env: LoopEnv, exchange: Exchange, *, code: str, message: str) -> None:
+    """Record the break; when the database itself is down, the claim stays and the stale-claim
+    sweep repairs the exchange later (SPEC R2) — the original error is what the caller sees."""
+    try:
+        env.store.mark_broken(exchange, code=code, message=message, principal=env.principal)
+    except Exception as exc:
+        if not is_infrastructure_error(exc):
+            raise
+        logger.error("exchange %s: could not record %s (%r); the stale-claim sweep repairs it", exchange.pk, code, exc)
 
 
 def run_turns_keyed(

@@ -63,6 +63,13 @@ class PayloadTooLarge(PersistError):
     code = "payload_too_large"
 
 
+class InfrastructureError(LoopError):
+    """The database or the broker failed under a tool call or a store write: the exchange breaks
+    (recovery resolves it later); the failure never reaches the model as a tool result."""
+
+    code = "infrastructure_error"
+
+
 class HookError(LoopError):
     """A policy hook denied the step. ``reason`` is bounded to 160 characters."""
 

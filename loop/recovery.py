@@ -169,7 +169,8 @@ def repair_dangling(env: LoopEnv, exchange: Exchange, *, reason: str) -> int:
 
     Every call it left unfinished gets a typed ``interrupted`` result (visible to the model,
     audited — never a silent repair, never a blind re-run of an effect), and the exchange is
-    marked broken with ``worker_lost``: its claim stays and its request key refuses a retry.
+    marked broken with ``worker_lost`` (one an infrastructure failure broke keeps its own code): its
+    claim stays and its request key refuses a retry.
     Returns the number of calls repaired.
     """
     store = env.store
@@ -177,5 +178,6 @@ def repair_dangling(env: LoopEnv, exchange: Exchange, *, reason: str) -> int:
     for call in dangling:
         store.record_result(call, status=ToolCallStatus.INTERRUPTED, content=INTERRUPTED_RESULT, is_error=True,
                             truncated=False, principal=env.principal, narrative=call.frame.narrative)
-    store.mark_broken(exchange, code="worker_lost", message=reason, principal=env.principal)
+    if exchange.status != ExchangeStatus.BROKEN:  # a recorded break keeps its own code
+        store.mark_broken(exchange, code="worker_lost", message=reason, principal=env.principal)
     return len(dangling)

@@ -10,11 +10,16 @@ over) stops this driver too.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Protocol
 
 from loop.cancellation import CancelToken
+from loop.tools.infra import is_infrastructure_error
+
+logger = logging.getLogger(__name__)
+BACKOFF_MAX_SECONDS = 5.0
 
 LEASE_LOST = "lease lost: another driver took over this exchange"
 
@@ -30,7 +35,13 @@ class DriveSource(Protocol):
 
 
 class StopWatcher:
-    """``with StopWatcher(store, exchange_id, token, interval, claim=...):`` while driving."""
+    """``with StopWatcher(store, exchange_id, token, interval, claim=...):`` while driving.
+
+    It survives an infrastructure failure of the store (:mod:`loop.tools.infra`): it backs off up
+    to ``BACKOFF_MAX_SECONDS`` and polls (and renews) again. Any other failure fires the token.
+    """
+
+    transient_errors = 0  # across the process, for logs and tests
 
     def __init__(
         self, source: DriveSource, exchange_id: int, token: CancelToken, interval: float, *, claim: str = ""
@@ -43,15 +54,33 @@ class StopWatcher:
     def _run(self) -> None:
         renew_every = self._source.lease_seconds / 3
         renewed = time.monotonic()
+        wait = self._interval
         try:
-            while not self._stop.wait(self._interval) and not self._token.cancelled:
-                if self._claim and time.monotonic() - renewed >= renew_every:
-                    if not self._source.renew(self._exchange_id, self._claim):
-                        self._token.cancel(LEASE_LOST)
-                        return
-                    renewed = time.monotonic()
-                if self._source.cancel_requested(self._exchange_id):
+            while not self._stop.wait(wait) and not self._token.cancelled:
+                try:
+                    if self._claim and time.monotonic() - renewed >= renew_every:
+                        if not self._source.renew(self._exchange_id, self._claim):
+                            self._token.cancel(LEASE_LOST)
+                            return
+                        renewed = time.monotonic()
+                    requested = self._source.cancel_requested(self._exchange_id)
+                except Exception as exc:
+                    if not is_infrastructure_error(exc):
+                        raise
+                    # Transient (a dropped connection, a restart, a full pool): drop the broken
+                    # connection, back off, poll again, so a stop is still seen once it answers.
+                    StopWatcher.transient_errors += 1
+                    logger.warning("stop watcher of exchange %s: %r; retrying", self._exchange_id, exc)
+                    self._source.release_thread()
+                    wait = min(max(wait * 2, self._interval), BACKOFF_MAX_SECONDS)
+                    continue
+                wait = self._interval
+                if requested:
                     self._token.cancel("stop requested")
+        except Exception as exc:
+            # Anything else is a bug: stop the turn rather than let it run unwatched.
+            logger.exception("stop watcher of exchange %s failed; stopping the turn", self._exchange_id)
+            self._token.cancel(f"stop watcher failed ({type(exc).__name__})")
         finally:
             self._source.release_thread()
 

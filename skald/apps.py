@@ -7,9 +7,10 @@ class SkaldConfig(AppConfig):
     verbose_name = "Skald"
 
     def ready(self) -> None:
-        from skald import checks, wiring  # noqa: F401  (checks register themselves)
+        from skald import checks, dbpool, wiring  # noqa: F401  (checks register themselves)
 
         wiring.install()
+        dbpool.install()
 
 
 class SkaldAdminConfig(admin_apps.AdminConfig):

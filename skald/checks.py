@@ -74,3 +74,61 @@ def check_exec_allowlist(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     if bad:
         return [Error("BRAIN_ENGINE_EXEC_ALLOWLIST holds program names or paths only.", id="skald.E004")]
     return []
+
+
+@register(Tags.security, deploy=True)
+def check_proxy_settings(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """Behind a TLS proxy: who redirects plain HTTP, and which header says a request was HTTPS."""
+    if settings.DEBUG:
+        return []
+    problems: list[Warning] = []
+    if not settings.SECURE_SSL_REDIRECT and not settings.SKALD_PROXY_REDIRECTS_HTTP:
+        problems.append(Warning(
+            "SKALD_SSL_REDIRECT=0 and nothing says the proxy redirects plain HTTP: clients can use the "
+            "API and the admin without TLS.",
+            hint="Either keep SKALD_SSL_REDIRECT on (the default) and make the proxy overwrite "
+            f"{settings.SKALD_PROXY_SSL_HEADER or 'X-Forwarded-Proto'}: https on every request it forwards, or "
+            "let the proxy redirect HTTP to HTTPS itself and set SKALD_PROXY_REDIRECTS_HTTP=1 "
+            "(docs/production.md, 'Behind a proxy').",
+            id="skald.W005",
+        ))
+    if settings.SECURE_SSL_REDIRECT and settings.SECURE_PROXY_SSL_HEADER is None:
+        problems.append(Warning(
+            "SKALD_SSL_REDIRECT is on but SKALD_PROXY_SSL_HEADER is empty: behind a TLS proxy every "
+            "request arrives as plain HTTP and is answered 301 to itself, forever.",
+            hint="Set SKALD_PROXY_SSL_HEADER to the header your proxy overwrites with the client's "
+            "scheme (X-Forwarded-Proto for nginx, HAProxy, Traefik and most load balancers).",
+            id="skald.W006",
+        ))
+    return problems
+
+
+@register(Tags.database)
+def check_database_role(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[Warning]:
+    """The application must not connect as a PostgreSQL superuser: it would take the connection
+    slots reserved for administrators and bypass every grant (docs/production.md creates a plain
+    role). A database check: ``migrate`` and ``check --database default`` run it."""
+    from django.db import DatabaseError, connections
+
+    problems: list[Warning] = []
+    for alias in databases or ():
+        connection = connections[alias]
+        if connection.vendor != "postgresql":
+            continue
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user")
+                row = cursor.fetchone()
+        except DatabaseError as exc:
+            problems.append(Warning(f"Could not read the role of database {alias!r}: "
+                                    f"{str(exc).strip().splitlines()[0]}", id="skald.W008"))
+            continue
+        if row and row[1]:
+            problems.append(Warning(
+                f"Database {alias!r}: the application connects to PostgreSQL as {row[0]!r}, a superuser.",
+                hint="Create a role without SUPERUSER that owns the database (docs/production.md, 'Database "
+                "role and pool') and name it in DATABASE_URL; superusers use the reserved connection "
+                "slots and bypass every grant.",
+                id="skald.W007",
+            ))
+    return problems

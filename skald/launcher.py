@@ -191,7 +191,9 @@ def main() -> int:
         daphne = _spawn([sys.executable, "-m", "skald.launcher", "--serve", "-b", host, "-p", port,
                          "skald.asgi:application"])
         children.append(daphne)
-        children.append(_spawn([sys.executable, str(BASE_DIR / "manage.py"), "qcluster"]))
+        # SKALD_QCLUSTERS: how many qcluster processes (each with SKALD_Q_WORKERS workers) to run here.
+        for _ in range(max(1, int(os.environ.get("SKALD_QCLUSTERS", "1") or "1"))):
+            children.append(_spawn([sys.executable, str(BASE_DIR / "manage.py"), "qcluster"]))
         children.append(_spawn([sys.executable, str(BASE_DIR / "manage.py"), "skald_sweeper"]))
         display_host = f"[{host}]" if ":" in host else host
         base = f"http://{display_host}:{port}"

@@ -10,12 +10,13 @@ from collections.abc import Callable, Iterable, Iterator
 
 from django.db.models import Count, Sum
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
-from loop.models import Exchange
+from loop.models import Exchange, ExchangeStatus
+from skald import backpressure, dbpool
 
 
 class StoreCollector(Collector):
@@ -36,12 +37,38 @@ class StoreCollector(Collector):
         tokens.add_metric(["output"], totals["output"] or 0)
         yield tokens
 
+        # Infrastructure failures that broke an exchange (tool_infrastructure_error,
+        # store_infrastructure_error) and every other break, by the stable code the store kept.
+        broken = CounterMetricFamily("skald_exchanges_broken", "Exchanges broken, by error code", labels=["code"])
+        by_code = (Exchange.objects.filter(status=ExchangeStatus.BROKEN)
+                   .values_list("error_code").annotate(n=Count("id")))
+        for code, count in by_code:
+            broken.add_metric([code or "unknown"], count)
+        yield broken
+
         denies = CounterMetricFamily("skald_hook_denies", "Policy hook denials")
         denies.add_metric([], AuditEvent.objects.filter(kind=AuditKind.HOOK_DENIED).count())
         yield denies
 
+        yield from _this_process()
+
         for extra in _extra_collectors:
             yield from extra()
+
+
+def _this_process() -> Iterator[Metric]:
+    """The scraped web process's own backpressure: its admission gate and its connection pool."""
+    refused = CounterMetricFamily("skald_http_refused_busy", "Requests answered 503 server_busy by this process")
+    refused.add_metric([], backpressure.refused_total())
+    yield refused
+    stats = dbpool.pool_stats()
+    if stats:
+        pool = GaugeMetricFamily("skald_db_pool", "This process's PostgreSQL pool (psycopg_pool stats)",
+                                 labels=["stat"])
+        for name in ("pool_min", "pool_max", "pool_size", "pool_available", "requests_waiting",
+                     "requests_num", "requests_timeouts", "connections_num", "connections_errors"):
+            pool.add_metric([name], stats.get(name, 0))
+        yield pool
 
 
 MetricSource = Callable[[], Iterable[Metric]]

@@ -11,6 +11,7 @@ Cross-setting rules are system checks in :mod:`skald.checks`.
 from __future__ import annotations
 
 import os
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -84,8 +85,49 @@ TEMPLATES = [
 
 # --- database -------------------------------------------------------------------------------
 DATABASE_URL = envstr("DATABASE_URL")
+# Which process this is: the pool is sized per process. The launcher and `manage.py qcluster` are
+# recognised; other entry points (daphne, management commands) count as web.
+SKALD_ROLE = envstr("SKALD_ROLE") or ("worker" if "qcluster" in sys.argv[1:2] else "web")
+# PostgreSQL connections come from a per-process psycopg pool (Django's built-in pool): server
+# connections are bounded by SKALD_DB_POOL_MAX (web) / SKALD_DB_WORKER_POOL_MAX (each qcluster
+# process), never by traffic. A request waits at most SKALD_DB_POOL_TIMEOUT seconds for a
+# connection, then answers 503 db_pool_exhausted (skald.core.saturation). SKALD_DB_POOL=0 turns
+# pooling off (e.g. behind pgbouncer in transaction mode); connections then close after each request.
+SKALD_DB_POOL = envbool("SKALD_DB_POOL", True)
+SKALD_DB_POOL_MIN = envint("SKALD_DB_POOL_MIN", 1, minimum=0)
+SKALD_DB_POOL_MAX = envint(
+    "SKALD_DB_WORKER_POOL_MAX" if SKALD_ROLE == "worker" else "SKALD_DB_POOL_MAX",
+    # A worker holds at most 2 + max_parallel_calls (default 4) at once: the turn, the stop
+    # watcher and one per concurrently running tool.
+    6 if SKALD_ROLE == "worker" else 10, minimum=1,
+)
+SKALD_DB_POOL_TIMEOUT = envint("SKALD_DB_POOL_TIMEOUT", 5, minimum=1)
+# Backpressure (skald.backpressure, skald.core.saturation): at most SKALD_HTTP_MAX_INFLIGHT HTTP
+# requests run at once per web process (each holds at most one pooled connection); the others
+# wait up to SKALD_HTTP_WAIT_SECONDS, then answer 503 server_busy with Retry-After. 0 = no gate.
+SKALD_HTTP_MAX_INFLIGHT = envint("SKALD_HTTP_MAX_INFLIGHT", SKALD_DB_POOL_MAX if SKALD_DB_POOL else 0, minimum=0)
+SKALD_HTTP_WAIT_SECONDS = envint("SKALD_HTTP_WAIT_SECONDS", SKALD_DB_POOL_TIMEOUT, minimum=1)
+# A message is refused with 503 queue_saturated when SKALD_QUEUE_MAX_PENDING tasks already wait
+# for a worker for longer than SKALD_QUEUE_WAIT_SECONDS (0 = no limit).
+SKALD_QUEUE_MAX_PENDING = envint("SKALD_QUEUE_MAX_PENDING", 500, minimum=0)
+SKALD_QUEUE_WAIT_SECONDS = envint("SKALD_QUEUE_WAIT_SECONDS", 5, minimum=0)
+SKALD_RETRY_AFTER_SECONDS = envint("SKALD_RETRY_AFTER_SECONDS", 2, minimum=1)
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+    # CONN_MAX_AGE must be 0 with the pool: a request's connection returns to the pool when the
+    # request ends (Django's request_finished), in the thread that used it.
+    # Health checks: with the pool, Django checks a connection on checkout (one empty round trip),
+    # so an idle pooled connection that died with a database restart never fails a request.
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0, conn_health_checks=True)}
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        _options = DATABASES["default"].setdefault("OPTIONS", {})
+        _options["application_name"] = f"skald-{SKALD_ROLE}"
+        if SKALD_DB_POOL:
+            _options["pool"] = {
+                "min_size": min(SKALD_DB_POOL_MIN, SKALD_DB_POOL_MAX),
+                "max_size": SKALD_DB_POOL_MAX,
+                "timeout": SKALD_DB_POOL_TIMEOUT,
+                "max_idle": 300,
+            }
 else:
     DATABASES = {
         "default": {
@@ -246,8 +288,19 @@ WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
 # --- security (production values unless DEBUG) ------------------------------------------------
-SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Behind a TLS-terminating proxy (docs/production.md): the proxy must *overwrite* this header with
+# the client's scheme ("https"); Django then treats the request as secure. "" trusts no header.
+SKALD_PROXY_SSL_HEADER = envstr("SKALD_PROXY_SSL_HEADER", "X-Forwarded-Proto")
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_" + SKALD_PROXY_SSL_HEADER.upper().replace("-", "_"), "https") if SKALD_PROXY_SSL_HEADER else None
+)
+USE_X_FORWARDED_HOST = envbool("SKALD_USE_X_FORWARDED_HOST", False)
+# Django redirects plain HTTP to HTTPS. Turn it off only where the proxy itself redirects (and
+# then say so with SKALD_PROXY_REDIRECTS_HTTP=1: check skald.W005 explains, security.W008 is
+# silenced because the redirect exists, in the proxy).
 SECURE_SSL_REDIRECT = envbool("SKALD_SSL_REDIRECT", not DEBUG)
+SKALD_PROXY_REDIRECTS_HTTP = envbool("SKALD_PROXY_REDIRECTS_HTTP", False)
+SILENCED_SYSTEM_CHECKS = ["security.W008"] if SKALD_PROXY_REDIRECTS_HTTP and not SECURE_SSL_REDIRECT else []
 SESSION_COOKIE_SECURE = not DEBUG
 CSRF_COOKIE_SECURE = not DEBUG
 SECURE_HSTS_SECONDS = envint("SKALD_HSTS_SECONDS", 0 if DEBUG else 31536000, minimum=0)

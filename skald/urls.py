@@ -32,3 +32,4 @@ urlpatterns = [
 ]
 
 handler404 = "skald.views.api_not_found"
+handler500 = "skald.views.server_error"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import sys
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
@@ -12,6 +13,7 @@ from django.views.decorators.http import require_GET
 
 from skald import metrics
 from skald.core.api.exceptions import error_body
+from skald.core.saturation import busy_body, busy_headers, saturation_of
 from skald.readiness import readiness_report
 
 
@@ -54,3 +56,17 @@ def api_not_found(request: HttpRequest, exception: Exception | None = None) -> H
     from django.views.defaults import page_not_found
 
     return page_not_found(request, exception or Exception("not found"))
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """``handler500``: Django calls it while the uncaught exception is being handled, from any
+    layer (middleware included). A saturated pool or queue answers 503 with Retry-After."""
+    exc = sys.exc_info()[1]
+    busy = saturation_of(exc) if exc is not None else None
+    if busy is not None:
+        return JsonResponse(busy_body(busy), status=busy.http_status, headers=busy_headers(busy))
+    if request.path.startswith(("/api/", "/workflow/")):
+        return JsonResponse(error_body("internal_error", "An internal error occurred."), status=500)
+    from django.views.defaults import server_error as default_server_error
+
+    return default_server_error(request)

@@ -1,7 +1,8 @@
 """Run one tool under the loop's execution environment: a thread, a timeout, an output cap.
 
-A tool error, a timeout or a crash becomes a model-visible error result; nothing here raises into
-the driver.
+A tool error, a timeout or a crash becomes a model-visible error result. The one exception is an
+infrastructure failure (:mod:`loop.tools.infra`: the database or the broker, not the tool): it
+raises :class:`~loop.errors.InfrastructureError` into the driver, which breaks the exchange.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from typing import Any
 
 from loop.bounds import truncate_output
 from loop.cancellation import CancelToken
-from loop.errors import HumanNeeded, ToolError
+from loop.errors import HumanNeeded, InfrastructureError, ToolError
 from loop.failpoints import failpoint
 from loop.masking import CredentialTripwire
 from loop.models import ToolCallStatus
 from loop.ports import Tool, ToolContext
 from loop.sql import release_thread
+from loop.tools.infra import is_infrastructure_error
 from loop.tripwires import Detector
 from loop.tripwires.guard import find_tripwires, withheld_notice
 
@@ -67,6 +69,11 @@ def execute_tool(
     if call_token.cancelled:
         return ToolOutcome(ToolCallStatus.CANCELED, f"tool call canceled: {call_token.reason}", True)
     error = box.get("error")
+    if error is not None and is_infrastructure_error(error):
+        logger.error("tool %s hit an infrastructure failure: %r", tool.name, error)
+        detail = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
+        raise InfrastructureError(f"tool {tool.name}: {type(error).__name__}: {detail}",
+                                  code="tool_infrastructure_error") from error
     if isinstance(error, HumanNeeded):
         return ToolOutcome(ToolCallStatus.AWAITING_HUMAN, error.question[:4000], False)
     if isinstance(error, ToolError):

@@ -7,16 +7,17 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from loop.driver import InputRefused, LoopEnv, admit_exchange
 from loop.errors import AdmissionRefused, HarnessError, HookError, PayloadTooLarge
 from loop.events import EventKind
-from loop.models import Exchange, ExchangeStatus, Session
+from loop.models import Exchange, ExchangeStatus, Session, ToolCall, ToolCallStatus
 from loop.recovery import repair_dangling
 from skald.core import clock
 from skald.core.errors import Conflict, SkaldError
 from skald.core.ids import new_token
+from skald.core.queue import queue_wait_for_room
 from skald.core.roles import Role, has_role
 from skald.loop_adapters.catalog import AgentRowCatalog
 from skald.loop_adapters.runtime import build_env
@@ -78,6 +79,7 @@ def session_message_submit(
         raise SkaldError("content must not be empty", code="message_invalid", http_status=400)
     if len(content.encode("utf-8")) > MAX_MESSAGE_BYTES:
         raise SkaldError(f"content is over {MAX_MESSAGE_BYTES} bytes", code="message_too_large", http_status=400)
+    queue_wait_for_room()  # backpressure before anything is stored: 503 queue_saturated
     env = build_env(session, acting_user_id=user.pk)  # the writer's groups gate the turn, never the owner's
     repair_stale_exchange(session=session)
     key = request_key or new_token()
@@ -104,15 +106,25 @@ def _admit(env: LoopEnv, *, user: AbstractBaseUser, key: str, content: str) -> t
     return exchange, replayed
 
 
-def _stale_exchanges() -> QuerySet[Exchange]:
-    """Open exchanges claimed longer ago than any task may run: their worker died."""
+def _stale_exchanges(session: Session | None = None) -> QuerySet[Exchange]:
+    """Open exchanges claimed longer ago than any task may run (their worker died), and exchanges
+    an infrastructure failure broke mid-call (their calls still wait for a result)."""
     stale_before = clock.now() - timedelta(seconds=settings.SKALD_CLAIM_STALE_SECONDS)
-    return Exchange.objects.filter(status=ExchangeStatus.OPEN, claimed_at__lt=stale_before).exclude(claim_token="")
+    worker_died = Q(status=ExchangeStatus.OPEN, claimed_at__lt=stale_before) & ~Q(claim_token="")
+    dangling = ToolCall.objects.filter(status__in=[ToolCallStatus.PLANNED, ToolCallStatus.RUNNING])
+    exchanges = Exchange.objects.all()
+    if session is not None:  # the (session, status) index answers both halves
+        dangling, exchanges = dangling.filter(session=session), exchanges.filter(session=session)
+    broke_mid_call = Q(status=ExchangeStatus.BROKEN, pk__in=dangling.values("exchange_id"))
+    return exchanges.filter(worker_died | broke_mid_call)
 
 
 def _repair(exchange: Exchange) -> None:
-    repair_dangling(build_env(exchange.session, exchange_id=exchange.pk), exchange,
-                    reason=f"claim {exchange.claim_token[:8]} held since {exchange.claimed_at:%Y-%m-%d %H:%M:%S} UTC")
+    if exchange.status == ExchangeStatus.BROKEN:
+        reason = f"the exchange broke mid-call ({exchange.error_code})"
+    else:
+        reason = f"claim {exchange.claim_token[:8]} held since {exchange.claimed_at:%Y-%m-%d %H:%M:%S} UTC"
+    repair_dangling(build_env(exchange.session, exchange_id=exchange.pk), exchange, reason=reason)
 
 
 def repair_stale_exchanges() -> list[int]:
@@ -127,7 +139,12 @@ def repair_stale_exchanges() -> list[int]:
 def repair_stale_exchange(*, session: Session) -> Exchange | None:
     """A message to a session whose last exchange was claimed by a worker that died (its claim is
     older than any task may run) first repairs that exchange's dangling calls (SPEC R3)."""
-    crashed = _stale_exchanges().filter(session=session).select_related("session").first()
+    # Only the session's latest exchange can be stale (admission keeps one active at a time), and
+    # almost always it is settled: one indexed look at its status spares the full check.
+    latest = Exchange.objects.filter(session=session).order_by("-number").values_list("status", flat=True).first()
+    if latest not in (ExchangeStatus.OPEN, ExchangeStatus.BROKEN):
+        return None
+    crashed = _stale_exchanges(session).select_related("session").first()
     if crashed is not None:
         _repair(crashed)
     return crashed

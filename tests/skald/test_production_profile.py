@@ -107,3 +107,45 @@ def test_manage_py_prepares_var_once_and_keeps_its_key(tmp_path):
     assert manage(env, "check").returncode == 0
     assert (tmp_path / "var" / "secret_key").read_text() == key
     assert (tmp_path / "var" / "secret_key").stat().st_mode & 0o077 == 0
+
+
+def test_turning_the_redirect_off_is_explained_until_the_proxy_is_said_to_redirect(tmp_path):
+    unexplained = manage(production_env(tmp_path, SKALD_SSL_REDIRECT="0"), "check", "--deploy", "--fail-level",
+                         "WARNING")
+    assert unexplained.returncode != 0 and "skald.W005" in unexplained.stderr
+    assert "SKALD_PROXY_REDIRECTS_HTTP=1" in unexplained.stderr and "X-Forwarded-Proto" in unexplained.stderr
+
+    proxy_redirects = production_env(tmp_path, SKALD_SSL_REDIRECT="0", SKALD_PROXY_REDIRECTS_HTTP="1")
+    behind_a_redirecting_proxy = manage(proxy_redirects, "check", "--deploy", "--fail-level", "WARNING")
+    assert behind_a_redirecting_proxy.returncode == 0, behind_a_redirecting_proxy.stderr
+    assert "no issues" in behind_a_redirecting_proxy.stdout
+
+
+def test_a_redirect_without_a_trusted_scheme_header_is_named_as_a_loop(tmp_path):
+    result = manage(production_env(tmp_path, SKALD_PROXY_SSL_HEADER=""), "check", "--deploy", "--fail-level",
+                    "WARNING")
+    assert result.returncode != 0 and "skald.W006" in result.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.db_sensitive
+def test_it_warns_when_the_application_connects_as_a_superuser():
+    from django.db import connection
+
+    from skald.checks import check_database_role
+
+    if connection.vendor != "postgresql":
+        assert check_database_role(databases=["default"]) == []  # SQLite has no roles
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+        assert cursor.fetchone()[0], "the test suite is expected to connect as a superuser"
+    assert [w.id for w in check_database_role(databases=["default"])] == ["skald.W007"]
+    with connection.cursor() as cursor:
+        cursor.execute("DO $$ BEGIN CREATE ROLE skald_plain_app NOLOGIN; "
+                       "EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$")
+        cursor.execute("SET ROLE skald_plain_app")
+        try:
+            assert check_database_role(databases=["default"]) == []
+        finally:
+            cursor.execute("RESET ROLE")

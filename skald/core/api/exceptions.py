@@ -13,6 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from skald.core.errors import SkaldError
+from skald.core.saturation import busy_body, busy_headers, saturation_of
 
 logger = logging.getLogger(__name__)
 
@@ -23,6 +24,9 @@ def error_body(code: str, message: str, extra: dict[str, Any] | None = None) -> 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     """Map every exception raised under DRF to the stable error body."""
+    busy = saturation_of(exc)  # backpressure: a bounded wait ran out (503 + Retry-After), not a bug
+    if busy is not None:
+        return Response(busy_body(busy), status=busy.http_status, headers=busy_headers(busy))
     if isinstance(exc, SkaldError):
         return Response(error_body(exc.code, exc.message, exc.extra), status=exc.http_status)
     refused = bad_input(exc)
