@@ -54,6 +54,11 @@ def _prepare_in_process() -> int:
         return 1
     call_command("migrate", interactive=False, verbosity=0)
     call_command("seed_demo")
+    from django_q.tasks import async_task
+
+    # Job endings a lost worker left undelivered go out as soon as the cluster is up (SPEC S4);
+    # the every-minute schedule would get them too, a little later.
+    async_task("skald.tasks.deliver_due_jobs", group="skald")
     return 0
 
 
