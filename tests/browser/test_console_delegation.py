@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
 from skald.agents.seed import TROUBLESHOOTER_PROMPT
 from tests.browser.conftest import Admin
@@ -29,6 +32,8 @@ from tests.loop.providers.fake_openai_server import (
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
+
+WORKER_WAIT = 90.0  # steps a qcluster worker drives: generous, the suite shares two cores with other stacks
 
 RELEASE = threading.Event()
 ASYNC_STARTED = threading.Event()
@@ -77,6 +82,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 running.stop()
 
 
+def shows(page: Admin, css: str, text: str, what: str) -> None:
+    """Wait (without reloading) until ``css`` shows ``text``; the worker drives what appears."""
+    WebDriverWait(page.driver, WORKER_WAIT, ignored_exceptions=[StaleElementReferenceException]).until(
+        lambda driver: any(text in element.text for element in driver.find_elements(By.CSS_SELECTOR, css)),
+        f"waiting for {what} in {css}")
+
+
 def test_the_console_nests_a_child_turn_and_the_strip_follows_a_task_to_its_result(
     chromium: webdriver.Chrome, stack: Stack, artifacts: Path
 ):
@@ -91,17 +103,17 @@ def test_the_console_nests_a_child_turn_and_the_strip_follows_a_task_to_its_resu
     page.click("#composer button[type=submit]")
 
     # The sync delegate's own turns, nested under the call that opened it.
-    page.wait_text("#events li.nested", "Sync analysis: the pool is exhausted.", what="the child's nested turn")
-    page.wait_text("#events", "subagent_result", what="the parent's one subagent_result")
+    shows(page, "#events li.nested", "Sync analysis: the pool is exhausted.", "the child's nested turn")
+    shows(page, "#events", "subagent_result", "the parent's one subagent_result")
     # The async task, running in the strip while its model call is held.
-    page.wait_text("#tasks .task", "log-analyst: running", what="the running task in the strip")
+    shows(page, "#tasks .task", "log-analyst: running", "the running task in the strip")
     assert ASYNC_STARTED.wait(30)
     page.screenshot("task-running")
     url = page.driver.current_url
     RELEASE.set()
     # No reload: the strip and the conversation follow the task to its delivered result.
-    page.wait_text("#tasks .task", "delivered", what="the delivered task in the strip")
-    page.wait_text("#events", "The background check is back", what="the parent's resumed turn")
+    shows(page, "#tasks .task", "delivered", "the delivered task in the strip")
+    shows(page, "#events", "The background check is back", "the parent's resumed turn")
     assert page.driver.current_url == url
     assert "task_completed" in page.text("#events")
     page.screenshot("task-delivered")

@@ -88,11 +88,11 @@ def test_a_stop_during_a_grandchilds_provider_call_ends_the_whole_tree(
         operator = stack.api("operator")
         session = operator.create_session()
         posted = operator.send(session["id"], "Why does checkout return 502?")
-        assert in_flight.wait(30), "the grandchild's provider call never arrived"
+        assert in_flight.wait(90), "the grandchild's provider call never arrived"
         dispatched = len(fake_provider.requests)
         stopped = operator.client.post(f"/api/sessions/{session['id']}/stop/")
         assert stopped.status_code == 202, stopped.text
-        settled = operator.wait_settled(session["id"], posted["id"])
+        settled = operator.wait_settled(session["id"], posted["id"], timeout=60)
     finally:
         release.set()
         fake_provider.default = None
@@ -117,7 +117,7 @@ def _approve_write(stack: Stack, operator: Api, session_id: int) -> None:
                  if e["payload"]["name"] == "write_file"]
         return found[0] if found else None
 
-    approval = wait_for(parked, timeout=30, what="the write_file approval")
+    approval = wait_for(parked, timeout=90, what="the write_file approval")
     approver = stack.api("approver")
     resolved = approver.client.post(f"/api/tools/{approval['payload']['tool_call_id']}/resolve",
                                     json={"decision": "approve", "reason": "fine"})
@@ -137,8 +137,8 @@ def test_an_async_result_reaches_its_parent_exactly_once_when_the_delivering_wor
     # its parent is parked, so its delivery waits. Approving lets the parent end: the worker that
     # ran the approval then delivers — and dies inside the delivery's transaction.
     _approve_write(first, operator, session["id"])
-    operator.wait_settled(session["id"], posted["id"], timeout=30)
-    wait_for(lambda: "reincarnated worker" in first.log(), timeout=30, what="the delivering worker to be killed")
+    operator.wait_settled(session["id"], posted["id"], timeout=90)
+    wait_for(lambda: "reincarnated worker" in first.log(), timeout=90, what="the delivering worker to be killed")
     updates = [e["payload"] for e in events_of(operator, session["id"], "control:task_update")]
     assert updates and updates[-1]["status"] == "succeeded" and not updates[-1]["delivered"]
     assert not task_results(operator, session["id"])
@@ -150,9 +150,9 @@ def test_an_async_result_reaches_its_parent_exactly_once_when_the_delivering_wor
     def delivered() -> list[dict[str, Any]] | None:
         return task_results(operator, session["id"]) or None
 
-    (result,) = wait_for(delivered, timeout=60, what="the retried delivery")
+    (result,) = wait_for(delivered, timeout=120, what="the retried delivery")
     assert "succeeded" in result["payload"]["content"]
-    resumed = operator.wait_settled(session["id"], result["exchange"], timeout=30)
+    resumed = operator.wait_settled(session["id"], result["exchange"], timeout=90)
     assert resumed["request_key"].endswith(":run:1:delivery") and resumed["outcome"] == "completed"
     # Exactly once: one delivery exchange, one task_completed result, one "delivered" update.
     events = operator.events(session["id"])
@@ -195,7 +195,7 @@ def test_a_cron_job_fires_on_a_worker_and_its_run_is_listed(launch_stack: Launch
         return page.text if paginator_count(page.text) >= 1 else None
 
     # django-q2's scheduler looks every 30 s; the schedule is due every 5 s.
-    listing = wait_for(fired, timeout=90, interval=1.0, what="the cron job's first run")
+    listing = wait_for(fired, timeout=150, interval=1.0, what="the cron job's first run")
     assert paginator_count(listing) >= 1
     jobs = admin.get("/admin/skald/scheduledjob/").text
     assert "* * * * * */5" in jobs and re.search(r"#\d+ succeeded", jobs)
