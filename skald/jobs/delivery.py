@@ -35,7 +35,7 @@ from loop.providers.base import AssembledTurn, ToolCallRequest
 from skald.core import clock
 from skald.core.queue import enqueue_on_commit
 from skald.jobs.models import JobKind, JobRun, RunEnding, ScheduledJob
-from skald.jobs.services import TASKS_ACTOR, announce, delivery_request_key
+from skald.jobs.services import TASKS_ACTOR, announce, delivery_request_key, lock_conversation
 from skald.loop_adapters.runtime import build_env
 
 logger = logging.getLogger(__name__)
@@ -124,6 +124,7 @@ def _notify_home(run: JobRun) -> str:
         locked = JobRun.objects.select_for_update().select_related("job").get(pk=run.pk)
         if locked.delivered_at is not None:
             return "delivered already"
+        lock_conversation(locked.job.home_session_id)
         failpoint("delegation.before_delivery")
         locked.delivered_at = clock.now()
         locked.save(update_fields=["delivered_at"])

@@ -65,6 +65,17 @@ def announce(job: ScheduledJob, run: JobRun | None = None) -> None:
     )
 
 
+def lock_conversation(session_id: int | None) -> None:
+    """Take the conversation's row lock before any audit row of the transaction.
+
+    The kernel appends a narrative row (the session row lock) before its audit row (the chain's
+    lock); a job transaction that announces into a conversation takes them in the same order, so
+    a parallel sibling writing to that conversation can never deadlock with it.
+    """
+    if session_id is not None:
+        Session.objects.select_for_update().filter(pk=session_id).values_list("pk", flat=True).first()
+
+
 def _audit(kind: AuditKind, job: ScheduledJob, payload: Mapping[str, Any], actor: Actor = TASKS_ACTOR) -> None:
     audit_append(actor=actor, kind=kind, subject_type="job", subject_id=job.pk, payload=dict(payload))
 
@@ -92,6 +103,7 @@ def job_submit_task(
         if existing is not None:
             return existing
     with transaction.atomic():
+        lock_conversation(parent_session_id)
         child = kernel_store().create_session(owner_id=owner_id, agent=agent, source="task",
                                               title=f"task: {task[:80]}", principal=f"user:{owner_id}")
         now = clock.now()
@@ -127,6 +139,7 @@ def job_run_start(*, job_id: int) -> JobRun | None:
             return None
         if job.kind == JobKind.CRON and job.status != JobStatus.SCHEDULED:
             return None
+        lock_conversation(job.parent_session_id or job.home_session_id)
         number = job.runs.count() + 1
         session: Session | None = job.child_session
         if job.kind == JobKind.CRON:  # each firing is its own conversation
@@ -151,6 +164,7 @@ def job_run_finish(*, run_id: int, ending: Ending, output: str = "", exchange_id
         run = JobRun.objects.select_for_update().select_related("job").filter(pk=run_id).first()
         if run is None or run.status != RunEnding.RUNNING:
             return None
+        lock_conversation(run.job.parent_session_id or run.job.home_session_id)
         run.status, run.outcome, run.error = ending.status, ending.outcome, ending.reason[:300]
         run.output = output[:16000]
         run.ended_at = clock.now()
@@ -180,6 +194,7 @@ def job_cancel(*, job_id: int, principal: str) -> ScheduledJob:
         job = ScheduledJob.objects.select_for_update().filter(pk=job_id).first()
         if job is None:
             raise NotFound("No such job.", code="job_not_found")
+        lock_conversation(job.parent_session_id or job.home_session_id)
         actor = Actor.parse(principal)
         if job.kind == JobKind.CRON:
             if job.status != JobStatus.SCHEDULED:
