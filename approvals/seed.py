@@ -50,3 +50,28 @@ def default_rules_ensure() -> int:
             payload={"seeded": [[pattern, action, priority] for pattern, action, priority, _ in DEFAULT_RULES]},
         )
     return len(DEFAULT_RULES)
+
+
+# The demo's own configuration (make run), not a default: an operator's narrow rule that lets the
+# troubleshooter delegate to the read-only log analyst without a human, so the demo shows a nested
+# run and an async task. Everything else about delegation stays behind approval.
+DEMO_RULES: tuple[tuple[str, dict[str, str], str, int, str], ...] = (
+    ("execute_task", {"agent": "log-analyst"}, RuleAction.ALLOW.value, 50,
+     "demo: delegating to the read-only log analyst needs no approval"),
+)
+
+
+def demo_rules_ensure() -> int:
+    """Create the demo's rules that are missing (by pattern and matchers); returns how many."""
+    made = 0
+    with transaction.atomic():
+        for pattern, matchers, action, priority, note in DEMO_RULES:
+            if ApprovalRule.objects.filter(group__isnull=True, tool_pattern=pattern, arg_matchers=matchers).exists():
+                continue
+            ApprovalRule.objects.create(tool_pattern=pattern, arg_matchers=matchers, action=action,
+                                        priority=priority, note=note)
+            made += 1
+        if made:
+            audit_append(actor=Actor.system("seed"), kind=AuditKind.RULE_CHANGED, subject_type="approval_rule",
+                         subject_id="demo", payload={"seeded": [[p, m, a, pr] for p, m, a, pr, _ in DEMO_RULES]})
+    return made

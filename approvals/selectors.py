@@ -21,6 +21,7 @@ INTERFACE_TOOLS: tuple[tuple[str, str], ...] = (
     ("execute_task", "Delegate a task to a sub-agent (sync or async)."),
     ("execute_subtask", "Delegate a subtask to a sub-agent within the current task."),
     ("list_agents", "List the task agents a run can delegate to."),
+    ("cron", "Create, list or cancel cron jobs that run a task agent on a schedule."),
 )
 
 

@@ -52,6 +52,9 @@ class AuditKind(models.IntegerChoices):
     AGENT_CHANGED = 520, "skald.agent.changed"
     WORKSPACE_FILE_WRITTEN = 530, "skald.workspace.file_written"
     WORKSPACE_FILE_DELETED = 531, "skald.workspace.file_deleted"
+    JOB_CREATED = 540, "skald.job.created"
+    JOB_STATE_CHANGED = 541, "skald.job.state_changed"
+    JOB_DELIVERED = 542, "skald.job.delivered"
     # 6xx proposals and knowledge
     PROPOSAL_CAPTURED = 600, "proposals.proposal.captured"
     PROPOSAL_ACCEPTED = 601, "proposals.proposal.accepted"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from loop.admission import InputRefused, admit_exchange, run_hook
@@ -21,6 +21,7 @@ from loop.dispatch import DispatchCanceled, dispatch
 from loop.env import LoopEnv
 from loop.errors import ClaimRefused, InfrastructureError, LoopError, ProviderError
 from loop.failpoints import failpoint
+from loop.frame_link import FrameLink
 from loop.hooks import HookPoint
 from loop.masking import withhold_credentials
 from loop.models import Exchange, ExchangeStatus, Frame, ToolCall, ToolCallStatus
@@ -38,7 +39,7 @@ from loop.providers.base import AssembledTurn, ProviderRequest, ToolSpec
 from loop.steps import Answer, CapReached, ToolRound, classify_turn
 from loop.store import Ledger, ParsedCall, parsed_from_row
 from loop.tools.execute import ToolOutcome
-from loop.tools.fanout import journal_upfront, run_round
+from loop.tools.fanout import RoundEnv, RoundResult, journal_upfront, run_round
 from loop.tools.infra import is_infrastructure_error
 from loop.watch import StopWatcher
 
@@ -161,7 +162,7 @@ def _loop(drive: _Drive, resume: Sequence[ToolCall] = ()) -> RunOutcome:
         parked = _tool_round(drive, [(call, parsed_from_row(call)) for call in resume])
         if parked is not None:
             return parked
-    turn = drive.exchange.turns
+    turn = drive.first_turn()
     while True:
         if drive.token.cancelled:  # round boundary
             return drive.settle(Canceled(drive.token.reason))
@@ -189,7 +190,7 @@ def _loop(drive: _Drive, resume: Sequence[ToolCall] = ()) -> RunOutcome:
 def _tool_round(drive: _Drive, calls: list[tuple[ToolCall, ParsedCall]]) -> RunOutcome | None:
     """Run the round's calls (the effects); None when the loop goes on to the next model turn."""
     env, token = drive.env, drive.token
-    result = run_round(env.round_env(), calls, token, skip_gate_for=drive.approved)
+    result = run_round(drive.round_env(), calls, token, skip_gate_for=drive.approved)
     if result.canceled:
         drive.cancel_leftovers(token.reason or "stop requested")
         return drive.settle(Canceled(token.reason or "stop requested"))
@@ -200,16 +201,18 @@ def _tool_round(drive: _Drive, calls: list[tuple[ToolCall, ParsedCall]]) -> RunO
         # A stop that raced the park: nothing waits for a human; the waiting calls end cancelled.
         drive.cancel(waiting, "stop requested")
         return drive.settle(Canceled("stop requested"))
-    entries = [(call, _parker(env, request, verdict)) for call, request, verdict in result.parked]
-    entries += [(call, _handoff(question)) for call, question in result.handoffs]
-    question = "\n".join(question for _, question in result.handoffs)
-    env.store.park(drive.exchange, entries, principal=env.principal, question=question)
-    return AwaitingHuman(call_keys=tuple(call.call_key for call, _ in entries), question=question)
+    return drive.park(result)
+
+
+def run_frame(drive: _Drive) -> RunOutcome:
+    """The loop over one frame: the root's (which settles the exchange) or a delegate's
+    (:mod:`loop.delegation`, whose drive closes its frame instead)."""
+    return _loop(drive)
 
 
 @dataclass
 class _Drive:
-    """One exchange being driven: its rows, its dispatch authority and its token."""
+    """One frame being driven (the root's): its rows, the tree's dispatch authority and its token."""
 
     env: LoopEnv
     exchange: Exchange
@@ -231,13 +234,33 @@ class _Drive:
         system = withhold_credentials(env.agent.system_prompt, what="system prompt", detector=env.detector)
         return cls(env, exchange, env.store.root_frame(exchange), authority, token, specs, system, approved)
 
+    def first_turn(self) -> int:
+        """The turns this frame has had already (a resumed exchange goes on counting)."""
+        return self.exchange.turns
+
+    def round_env(self) -> RoundEnv:
+        """The round's environment, with this frame as the link a delegate opens its child from."""
+        link = FrameLink(env=self.env, exchange=self.exchange, frame=self.frame, authority=self.authority,
+                         token=self.token)
+        return replace(self.env.round_env(self.frame.narrative), link=link)
+
+    def park(self, result: RoundResult) -> RunOutcome | None:
+        """Park the waiting calls durably: the exchange ends AwaitingHuman and no worker waits."""
+        env = self.env
+        entries = [(call, _parker(env, request, verdict)) for call, request, verdict in result.parked]
+        entries += [(call, _handoff(question)) for call, question in result.handoffs]
+        question = "\n".join(question for _, question in result.handoffs)
+        env.store.park(self.exchange, entries, principal=env.principal, question=question)
+        return AwaitingHuman(call_keys=tuple(call.call_key for call, _ in entries), question=question)
+
     def model_turn(self, turn: int) -> AssembledTurn | TerminalOutcome:
         """Context, then one provider call through the dispatch seam: the turn, or why there is none."""
         env, exchange = self.env, self.exchange
         messages, size = env.context.window(env.store, exchange.session_id, narrative=env.narrative,
                                             cap=env.bounds.replay_cap, guard=env.detector)
         request = ProviderRequest(system=self.system, messages=messages, tools=self.specs,
-                                  metadata={"session": exchange.session_id, "exchange": exchange.number, "turn": turn})
+                                  metadata={"session": exchange.session_id, "exchange": exchange.number, "turn": turn,
+                                            "narrative": self.frame.narrative})
         try:
             return dispatch(env.provider, request, authority=self.authority, cancel=self.token,
                             request_cap=env.bounds.request_cap, on_text=self._live_text(turn), messages_size=size)
@@ -305,6 +328,7 @@ __all__ = [
     "admit_exchange",
     "drive_exchange",
     "finish_round",
+    "run_frame",
     "run_turns",
     "run_turns_keyed",
 ]

@@ -27,6 +27,8 @@ class EventKind(StrEnum):
     EXCHANGE_PARKED = "control:exchange_parked"
     HANDOFF = "control:handoff"
     COMPACTION_PROBE = "control:compaction_probe"
+    FRAME_OPENED = "control:frame_opened"
+    FRAME_CLOSED = "control:frame_closed"
     NOTE = "control:note"
 
 
@@ -75,10 +77,16 @@ class ToolResultPayload(_Payload):
 
 
 class SubagentResultPayload(_Payload):
+    """A child's one result in its parent's narrative: final text, outcome and token usage."""
+
     key: str
     agent: str
     content: str
     outcome: str
+    frame: int | None = None
+    depth: int | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
 
 
 class CompactionPayload(_Payload):

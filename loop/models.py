@@ -101,6 +101,8 @@ class Frame(models.Model):
     )
     status = models.CharField(max_length=8, choices=FrameStatus.choices, default=FrameStatus.OPEN)
     outcome = models.CharField(max_length=32, choices=Outcome.choices, blank=True)
+    # A child's model choice (SPEC S3): which rule chose which client and model; {} for the root.
+    selection = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField()
     closed_at = models.DateTimeField(null=True, blank=True)
 

@@ -76,14 +76,46 @@ class Gate(Protocol):
     def park(self, call: GateCall, scope: TurnScope, verdict: GateVerdict) -> Mapping[str, Any]: ...
 
 
+class CallingFrame(Protocol):
+    """The frame a tool call runs in, as a delegate needs it (a ``loop.frame_link.FrameLink``)."""
+
+    @property
+    def tools(self) -> tuple[str, ...]: ...
+
+    @property
+    def agent(self) -> AgentSpec: ...
+
+    @property
+    def exchange_id(self) -> int: ...
+
+    @property
+    def depth(self) -> int: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ToolContext:
-    """What a tool gets: the session's real context (workspace, user), never the server's cwd."""
+    """What a tool gets: the session's real context (workspace, user), never the server's cwd.
+
+    ``timeout`` is None for a tool that declares none (a delegate: its child loop is bounded by its
+    own turns, the tree's budget and the stop). ``frame`` is the calling frame, for delegates.
+    """
 
     scope: TurnScope
     call_key: str
     cancel: CancelToken
-    timeout: float
+    timeout: float | None
+    call_id: int = 0
+    frame: CallingFrame | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DelegateReturn:
+    """What a delegate tool returns instead of text: the parent call's result (its text and
+    status), and the one ``subagent_result`` payload recorded with it in the same transaction."""
+
+    content: str
+    status: str  # a ToolCallStatus value: completed | failed | cancelled
+    subagent: Mapping[str, Any]
 
 
 class Tool(Protocol):
@@ -103,7 +135,7 @@ class Tool(Protocol):
     def restart_hint(self) -> str:  # a loop.tools.hints.RestartHint value
         ...
 
-    def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str: ...
+    def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str | DelegateReturn: ...
 
 
 class ToolDiscovery(Protocol):
@@ -120,6 +152,7 @@ class AgentSpec:
     tools: tuple[str, ...]
     client: str
     strength: int = 1
+    description: str = ""
     bounds: Mapping[str, Any] = field(default_factory=dict)
     playbook: Sequence[Mapping[str, Any]] = ()
 

@@ -142,6 +142,15 @@ class Folder:
             return None, ()
         if row.kind not in CONVERSATION_KINDS:
             raise ProjectionError(f"row {row.seq}: kind {row.kind!r} is not in the vocabulary")
+        if row.kind == EventKind.SUBAGENT_RESULT:
+            # A child's durable result record: the model reads that text through the tool result of
+            # the call that spawned the child (recorded just before it), so it adds no message —
+            # a second copy would double its tokens, and a message inside an open tool group is
+            # not valid on the wire. It must name a call of this narrative that has its result.
+            key = str(_parse(row).key)
+            if key not in self.seen or key in self.pending:
+                raise ProjectionError(f"row {row.seq}: subagent_result for call {key} without its tool result")
+            return None, ()
         entry = self.memo.get(row.seq) if self.memo is not None else None
         if entry is None:
             entry = _convert(row, self.mask, self.guard)

@@ -30,6 +30,7 @@ from loop.sql import events as event_rows
 from loop.sql import exchanges as rows
 from loop.store_calls import CallLog, ParsedCall, parse_arguments, parsed_from_row
 from loop.store_exchanges import Admission, ExchangeLog, Ledger
+from loop.store_frames import FrameLog
 from loop.store_work import WorkLog
 
 
@@ -44,6 +45,7 @@ class Store:
         self.journal = Journal(audit=audit, clock=clock, bus=bus, payload_cap=payload_cap)
         self.calls = CallLog(self.journal)
         self.exchanges = ExchangeLog(self.journal, self.calls, lease_seconds=lease_seconds)
+        self.frames = FrameLog(self.journal, self.calls)
         self.work = WorkLog(self.journal)
         self.lease_seconds = lease_seconds
         # Exchanges: admission → claim → (park → reopen)* → settle | mark_broken.
@@ -74,6 +76,10 @@ class Store:
         self.awaiting_calls = self.calls.awaiting_calls
         self.calls_in = self.calls.calls_in
         self.call = self.calls.call
+        # Child frames (delegates): open → (turns) → close, or finish with the last message end.
+        self.open_frame = self.frames.open
+        self.close_frame = self.frames.close
+        self.finish_child_turn = self.frames.finish
 
     @property
     def payload_cap(self) -> int:

@@ -125,7 +125,7 @@ class CallLog:
 
     def result(
         self, call: ToolCall, *, status: str, content: str, is_error: bool, truncated: bool, principal: str,
-        narrative: str, withheld: Sequence[str] = (),
+        narrative: str, withheld: Sequence[str] = (), subagent: Mapping[str, Any] | None = None,
     ) -> int:
         """``tool_result`` + ``control:tool_done`` and the call's final state, inside the caller's
         transaction. Returns the seq of the done row.
@@ -141,6 +141,10 @@ class CallLog:
         done = self.journal.append(call.session_id, EventKind.TOOL_DONE, {"key": call.call_key, "status": status},
                                    f"s{call.session_id}:{narrative}{call.call_key}:done",
                                    exchange_id=call.exchange_id, narrative=narrative)
+        if subagent is not None:  # a delegate's one subagent_result, with its call's result
+            done = self.journal.append(call.session_id, EventKind.SUBAGENT_RESULT, {"key": call.call_key, **subagent},
+                                       f"s{call.session_id}:{narrative}{call.call_key}:subagent",
+                                       exchange_id=call.exchange_id, narrative=narrative)
         call.result = content
         call.is_error = is_error
         extra: dict[str, Any] = {"seq": first, "digest": events_digest([(first, EventKind.TOOL_RESULT, payload)])}
@@ -152,12 +156,13 @@ class CallLog:
 
     def record_result(
         self, call: ToolCall, *, status: str, content: str, is_error: bool, truncated: bool, principal: str,
-        narrative: str = "", withheld: Sequence[str] = (),
+        narrative: str = "", withheld: Sequence[str] = (), subagent: Mapping[str, Any] | None = None,
     ) -> None:
-        """Append ``tool_result`` + ``control:tool_done`` and settle the call's state."""
+        """Append ``tool_result`` + ``control:tool_done`` (and a delegate's ``subagent_result``) and
+        settle the call's state."""
         with transaction.atomic():
             self.result(call, status=status, content=content, is_error=is_error, truncated=truncated,
-                        principal=principal, narrative=narrative, withheld=withheld)
+                        principal=principal, narrative=narrative, withheld=withheld, subagent=subagent)
 
     def cancel_calls(
         self,

@@ -6,7 +6,10 @@ For one session, recomputed from stored columns only — no provider is built or
 * **receipts** — each settled exchange's receipt is rebuilt with :func:`loop.outcomes.build_receipt`
   over its events as stored now and compared field by field;
 * **projection** — each narrative's conversation rows project without a refusal, one window per
-  compaction (rows of a still open or parked exchange are left out: their tool group may be open).
+  compaction (rows of a still open or parked exchange are left out: their tool group may be open);
+* **frames** — in a settled exchange every child frame is closed, was opened and closed in its own
+  narrative, and left exactly one ``subagent_result`` for its parent (and none names a frame that
+  does not exist).
 
 The product cross-checks these rows against its audit log (`skald.crosscheck`); the kernel knows
 nothing of that log.
@@ -16,15 +19,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from loop.events import CONVERSATION_KINDS, EventKind
-from loop.models import Exchange, ExchangeStatus
+from loop.models import Exchange, ExchangeStatus, Frame, FrameStatus
 from loop.outcomes import build_receipt
 from loop.projection import EventRow, ProjectionError, project
 from loop.sql import events as event_rows
 from loop.sql import exchanges as exchange_rows
+from loop.sql import frames as frame_rows
 
 Finding = dict[str, Any]
 
@@ -55,6 +59,7 @@ class SessionRows:
     exchange_count: int
     exchanges: list[Exchange]
     events: list[StoredEvent]
+    frames: list[Frame] = field(default_factory=list)
 
 
 def load_session_rows(session_id: int) -> SessionRows | None:
@@ -64,7 +69,8 @@ def load_session_rows(session_id: int) -> SessionRows | None:
         return None
     events = [StoredEvent(*row) for row in event_rows.session_rows(session_id)]
     return SessionRows(session_id=session_id, last_seq=counters[0], exchange_count=counters[1],
-                       exchanges=exchange_rows.session_exchanges(session_id), events=events)
+                       exchanges=exchange_rows.session_exchanges(session_id), events=events,
+                       frames=frame_rows.session_frames(session_id))
 
 
 def finding(exchange: Exchange | None, field: str, **values: Any) -> Finding:
@@ -84,6 +90,7 @@ def verify_rows(rows: SessionRows) -> list[Finding]:
         *numbering_mismatches(rows.exchanges, exchange_count=rows.exchange_count),
         *receipt_mismatches(rows.exchanges, rows.events),
         *projection_mismatches(rows.exchanges, rows.events),
+        *frame_mismatches(rows.exchanges, rows.events, rows.frames),
     ]
 
 
@@ -167,4 +174,36 @@ def projection_mismatches(exchanges: Sequence[Exchange], events: Sequence[Stored
             except ProjectionError as exc:
                 found.append(finding(None, "projection", narrative=narrative, first_seq=window[0].seq,
                                      code=exc.code, error=str(exc)))
+    return found
+
+
+def frame_mismatches(exchanges: Sequence[Exchange], events: Sequence[StoredEvent],
+                     frames: Sequence[Frame]) -> list[Finding]:
+    """The frame tree of every settled exchange is whole: each child frame closed, its open and close
+    rows in its narrative, and exactly one ``subagent_result`` naming it."""
+    by_pk = {exchange.pk: exchange for exchange in exchanges}
+    results: dict[int, int] = defaultdict(int)
+    marks: set[tuple[str, int]] = set()
+    for event in events:
+        payload = event.payload if isinstance(event.payload, Mapping) else {}
+        if event.kind == EventKind.SUBAGENT_RESULT and isinstance(payload.get("frame"), int):
+            results[payload["frame"]] += 1
+        elif event.kind in (EventKind.FRAME_OPENED, EventKind.FRAME_CLOSED) and isinstance(payload.get("frame"), int):
+            marks.add((event.kind, payload["frame"]))
+    known = {frame.pk for frame in frames}
+    found: list[Finding] = []
+    for frame in frames:
+        exchange = by_pk.get(frame.exchange_id)
+        if frame.depth == 0 or exchange is None or exchange.status != ExchangeStatus.SETTLED:
+            continue
+        if frame.status != FrameStatus.CLOSED:
+            found.append(finding(exchange, "frame", frame=frame.pk, error="a child of a settled exchange is open"))
+        for kind in (EventKind.FRAME_OPENED, EventKind.FRAME_CLOSED):
+            if (kind, frame.pk) not in marks:
+                found.append(finding(exchange, "frame", frame=frame.pk, error=f"no {kind} row"))
+        if results.get(frame.pk, 0) != 1:
+            found.append(finding(exchange, "subagent_result", frame=frame.pk, stored=results.get(frame.pk, 0),
+                                 recomputed=1))
+    for frame_id in sorted(set(results) - known):
+        found.append(finding(None, "subagent_result", frame=frame_id, error="names a frame that does not exist"))
     return found

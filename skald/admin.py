@@ -10,8 +10,12 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
 
 from audit.actors import Actor
-from skald import admin_store  # noqa: F401  (registers the kernel store's read-only views)
-from skald.admin_runs import READERS, RunAdmin, launch_gdl_run, launch_view, may_launch
+from skald import (
+    admin_jobs,  # noqa: F401  (registers the jobs admin)
+    admin_store,  # noqa: F401  (registers the kernel store's read-only views)
+)
+from skald.admin_frames import RunWithFramesAdmin
+from skald.admin_runs import READERS, launch_gdl_run, launch_view, may_launch
 from skald.agents.services import agent_save
 from skald.cases.services import case_save
 from skald.core.roles import has_role
@@ -70,4 +74,4 @@ class CaseAdmin(admin.ModelAdmin):
                   changed=list(form.changed_data))
 
 
-admin.site.register(Run, RunAdmin)
+admin.site.register(Run, RunWithFramesAdmin)

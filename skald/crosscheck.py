@@ -7,8 +7,11 @@ same rows:
 * **settlement audit** — the ``receipt_digest`` and ``last_seq`` the ``loop.exchange.settled``
   audit row recorded equal the stored receipt's (catches a receipt rewritten to fit edited rows);
 * **event audit** — every audit row that names an event by ``seq`` (admitted, turn ended, tool-call
-  transition, event appended) still finds that event, in that exchange, with the digest it
-  recorded (intent rows, audited without a digest, are compared key by key).
+  transition, event appended, frame opened or closed) still finds that event, in that exchange,
+  with the digest it recorded (intent rows, audited without a digest, are compared key by key);
+* **delivered results** — every job run delivered into this session has its ``skald.job.delivered``
+  audit row, and the exchange that row names holds exactly one ``task_completed`` result, under
+  the request key derived from the job.
 
 Trust boundary: the audit rows are taken as recorded; ``verify_chain`` is what proves them intact.
 No provider is ever built or called.
@@ -28,7 +31,7 @@ from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from loop.digest import events_digest
 from loop.events import EventKind
-from loop.models import Exchange, ExchangeStatus, ToolCall
+from loop.models import Exchange, ExchangeStatus, Frame, ToolCall
 from loop.verify import Finding, SessionRows, StoredEvent, finding, load_session_rows, verify_rows
 from skald.core.errors import NotFound
 from skald.models import Run
@@ -36,6 +39,7 @@ from skald.models import Run
 # Audit rows that name a session event by ``seq``.
 _EVENT_AUDIT_KINDS = (
     AuditKind.EXCHANGE_ADMITTED, AuditKind.TURN_ENDED, AuditKind.TOOL_CALL_TRANSITION, AuditKind.EVENT_APPENDED,
+    AuditKind.FRAME_OPENED, AuditKind.FRAME_CLOSED,
 )  # fmt: skip
 
 
@@ -95,6 +99,7 @@ def replay_verify_session(*, session_id: int) -> ReplayReport:
     audits = _audit_rows(session_id, [e.pk for e in rows.exchanges])
     mismatches = verify_rows(rows) + _settled_audit_mismatches(rows, audits)
     mismatches += _event_audit_mismatches(rows.exchanges, rows.events, audits)
+    mismatches += _delivery_mismatches(rows)
     return ReplayReport(ok=not mismatches, exchanges=len(rows.exchanges), events=len(rows.events),
                         mismatches=mismatches)
 
@@ -105,9 +110,12 @@ def _audit_rows(session_id: int, exchange_ids: Sequence[int]) -> list[_Audit]:
         for pk, exchange_id in ToolCall.objects.filter(session_id=session_id).values_list("pk", "exchange_id")
     }
     owners.update({("exchange", str(pk)): pk for pk in exchange_ids})
+    owners.update({("frame", str(pk)): exchange_id
+                   for pk, exchange_id in Frame.objects.filter(session_id=session_id).values_list("pk", "exchange_id")})
     subjects = (
         Q(subject_type="exchange", subject_id__in=[str(pk) for pk in exchange_ids])
         | Q(subject_type="tool_call", subject_id__in=[sid for st, sid in owners if st == "tool_call"])
+        | Q(subject_type="frame", subject_id__in=[sid for st, sid in owners if st == "frame"])
         | Q(subject_type="session", subject_id=str(session_id))
     )
     rows = (
@@ -193,3 +201,34 @@ def _intent_mismatches(exchange: Exchange | None, event: StoredEvent, row: _Audi
     if stored == audited:
         return []
     return [finding(exchange, "event.intent", seq=event.seq, audit_seq=row.seq, audited=audited, stored=stored)]
+
+
+def _delivery_mismatches(rows: SessionRows) -> list[Finding]:
+    """Each job run delivered into this session: its audit row, its exchange, one task_completed."""
+    from skald.jobs.models import JobRun
+
+    by_pk = {exchange.pk: exchange for exchange in rows.exchanges}
+    runs = list(JobRun.objects.filter(job__parent_session_id=rows.session_id, delivered_at__isnull=False)
+                .select_related("job"))
+    audited = {
+        (subject_id, payload.get("run")): payload.get("exchange")
+        for subject_id, payload in (
+            (sid, _json_object(text)) for sid, text in AuditEvent.objects.filter(
+                kind=AuditKind.JOB_DELIVERED, subject_type="job",
+                subject_id__in=[str(run.job_id) for run in runs]).values_list("subject_id", "payload"))
+    }
+    found: list[Finding] = []
+    for run in runs:
+        exchange = by_pk.get(run.delivery_exchange_id or 0)
+        where = {"job": run.job_id, "run": run.number}
+        if audited.get((str(run.job_id), run.number)) != run.delivery_exchange_id:
+            found.append(finding(exchange, "delivery_audit", **where, stored=run.delivery_exchange_id,
+                                 audited=audited.get((str(run.job_id), run.number))))
+        if exchange is None or exchange.request_key != f"job:{run.job_id}:run:{run.number}:delivery":
+            found.append(finding(exchange, "delivery", **where, error="no delivery exchange under the job's key"))
+            continue
+        delivered = [e for e in rows.events if e.exchange_id == exchange.pk and e.kind == EventKind.TOOL_RESULT
+                     and isinstance(e.payload, dict) and e.payload.get("name") == "task_completed"]
+        if len(delivered) != 1:
+            found.append(finding(exchange, "delivery", **where, stored=len(delivered), recomputed=1))
+    return found

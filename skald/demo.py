@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from django.contrib.auth.models import Group, User
 from django.db import transaction
 
+from approvals.seed import demo_rules_ensure
 from audit.actors import Actor
 from audit.kinds import AuditKind
 from audit.services import audit_append
@@ -87,6 +88,7 @@ def seed_demo(*, password: str | None) -> SeedReport:
                 payload={"created_users": created},
             )
         seed_agents()
+        demo_rules_ensure()
     return SeedReport(
         password=chosen, password_from_env=bool(password), created_users=tuple(created), case_id=case.pk
     )

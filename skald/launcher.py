@@ -60,6 +60,11 @@ def _prepare_in_process() -> int:
     from audit.heads import chain_head_checkpoint
 
     chain_head_checkpoint(actor=Actor.system("launcher"))  # and at start: the chain as found
+    from django_q.tasks import async_task
+
+    # Job endings a lost worker left undelivered go out as soon as the cluster is up (SPEC S4);
+    # the every-minute schedule would get them too, a little later.
+    async_task("skald.tasks.deliver_due_jobs", group="skald")
     return 0
 
 

@@ -132,3 +132,9 @@ class WorkspaceFile(models.Model):
 
     def __str__(self) -> str:
         return f"session {self.session_id}: {self.path}"
+
+
+from skald.jobs.models import JobKind, JobRun, JobStatus, RunEnding, ScheduledJob  # noqa: E402  (app models)
+
+__all__ = ["Agent", "AgentKind", "Case", "CaseLog", "CaseStatus", "JobKind", "JobRun", "JobStatus", "Run",
+           "RunEnding", "RunStatus", "ScheduledJob", "WorkspaceBlob", "WorkspaceFile"]

@@ -237,7 +237,13 @@ roles (operator, approver, reviewer, auditor, workflow).
 content type is a 415). Every error body is `{"code", "message", "extra"}` with a stable `code`;
 each operation lists its codes per status. See `docs/calling-skald.md` in the repository.
 """
+
+from skald.tools.delegation_schemas import TOOL_ARGUMENT_SCHEMAS  # noqa: E402  (pure data)
+
 SPECTACULAR_SETTINGS = {
+    # The argument schemas of the delegation tools models are prompted with (docs/delegation.md).
+    # A deep copy: drf-spectacular rewrites enums in place, and the tools validate with the originals.
+    "APPEND_COMPONENTS": {"schemas": __import__("copy").deepcopy(TOOL_ARGUMENT_SCHEMAS)},
     "TITLE": "Skald API",
     "DESCRIPTION": SPECTACULAR_DESCRIPTION,
     "VERSION": "0.1.0",

@@ -12,6 +12,7 @@ from loop.recovery import recover_exchange, resolve_pending
 from skald.cases.runs import run_sync_from_exchange, runs_out_of_step
 from skald.core.ids import new_token
 from skald.core.queue import enqueue_now
+from skald.jobs import delivery, runner
 from skald.loop_adapters.runtime import build_env
 from skald.loop_adapters.store import kernel_store
 from skald.loop_adapters.work import work_due, work_run
@@ -54,11 +55,39 @@ def _recover(exchange: Exchange) -> str:
 
 
 def after_exchange(exchange_id: int) -> None:
-    """Product follow-ups of a settled or parked exchange (runs, proposals) hook in here."""
+    """Product follow-ups of a settled or parked exchange (runs, proposals, jobs) hook in here."""
     try:
         run_sync_from_exchange(exchange_id)
     except Exception:  # the exchange's own outcome is already durable
         logger.exception("run sync after exchange %s failed", exchange_id)
+    try:
+        runner.job_sync_from_exchange(exchange_id)  # a job's own exchange ended later
+        session_id = Exchange.objects.filter(pk=exchange_id).values_list("session_id", flat=True).first()
+        if session_id is not None:
+            delivery.deliver_due(session_id=session_id)  # endings that waited for this parent to be idle
+    except Exception:
+        logger.exception("job follow-up after exchange %s failed", exchange_id)
+
+
+def run_job(job_id: int) -> str:
+    """Run an async task (or one firing of a cron job) to its classified ending (SPEC S4)."""
+    return runner.run_job(job_id)
+
+
+def run_cron_job(job_id: int) -> str:
+    """What a cron job's django-q2 schedule calls on each firing."""
+    return runner.run_job(job_id)
+
+
+def deliver_job_run(run_id: int) -> str:
+    """Deliver one ended run from the one delivery site (a redelivery is a no-op)."""
+    return delivery.job_run_deliver(run_id=run_id)
+
+
+def deliver_due_jobs() -> int:
+    """Scheduled every minute and at boot: retry every ending not delivered yet (a killed worker),
+    and pick up jobs a lost worker or queue message left behind."""
+    return runner.reap_lost() + len(delivery.deliver_due())
 
 
 def resolve_pending_call(tool_call_id: int, resolution: str, reason: str = "") -> str:

@@ -16,7 +16,7 @@ from loop.ports import Gate
 from loop.providers.base import ToolSpec
 from proposals.services import capture_proposals_on_resolve
 from skald import metrics
-from skald.loop_adapters.preview import write_preview
+from skald.loop_adapters.preview import preview_for
 from skald.models import Run
 from skald.plugins import sockets
 from skald.tools.catalog import BUILTIN_TOOLS
@@ -25,7 +25,7 @@ _installed = False
 
 
 def _approval_gate() -> Gate:
-    return ApprovalGate(previewer=write_preview)
+    return ApprovalGate(previewer=preview_for)
 
 
 def _capture(run: Run) -> None:

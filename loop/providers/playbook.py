@@ -4,6 +4,10 @@ It follows an agent's playbook (data, editable in the admin): one step per provi
 latest user message. A step is ``{"tool": name, "args": {...}}`` or ``{"answer": text}``. Strings
 may hold ``{input}`` (the latest user message), ``{last_result}`` and ``{results}`` (tool results
 since that message). It drives real tools, so the demo shows real turns, calls and approvals.
+
+A step marked ``"on": "task_completed"`` is not part of the sequence: it answers an exchange that
+opens with a delivered async task result (a ``task_completed`` call), once; without one such an
+exchange is answered with a short acknowledgement.
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ def _render(value: Any, variables: Mapping[str, str]) -> Any:
 WORD = re.compile(r"\S+\s*|\s+")
 
 
+TASK_COMPLETED = "task_completed"
+
+
 class PlaybookProvider:
     """Answers stream word by word (``word_pause`` seconds apart, through the injected ``sleep``)
     so that a newcomer watching the console sees a turn arrive as a real model's would."""
@@ -52,7 +59,8 @@ class PlaybookProvider:
 
     def __init__(self, playbook: Sequence[Mapping[str, Any]], *, word_pause: float = 0.0,
                  sleep: Callable[[float], None] = time.sleep) -> None:
-        self.playbook = list(playbook)
+        self.playbook = [step for step in playbook if step.get("on") != TASK_COMPLETED]
+        self.on_task = next((step for step in playbook if step.get("on") == TASK_COMPLETED), None)
         self.word_pause = word_pause
         self.sleep = sleep
 
@@ -60,7 +68,7 @@ class PlaybookProvider:
         if cancel.cancelled:
             raise ProviderError("canceled", code="provider_canceled")
         step_index, variables = self._position(request)
-        deltas = self._step(step_index, variables)
+        deltas = self._task_answer(variables) if step_index < 0 else self._step(step_index, variables)
         usage_in = sum(len(m.content) for m in request.messages) // 4 + len(request.system) // 4
         usage_out = sum(len(getattr(d, "text", "") or getattr(d, "arguments", "")) for d in deltas) // 4 + 1
         return self._words([*deltas, UsageDelta(usage_in, usage_out), MessageEnd(self._finish(deltas))], cancel)
@@ -93,7 +101,14 @@ class PlaybookProvider:
             "last_result": results[-1] if results else "",
             "results": "\n\n".join(results),
         }
+        first = next((m for m in after if isinstance(m, AssistantMessage)), None)
+        if first is not None and any(call.name == TASK_COMPLETED for call in first.tool_calls):
+            return -1, variables  # a delivered async result opens this exchange
         return steps_done, variables
+
+    def _task_answer(self, variables: Mapping[str, str]) -> list[Delta]:
+        step = self.on_task or {"answer": "Noted the async task's result:\n{last_result}"}
+        return [TextDelta(str(_render(step.get("answer", ""), variables)))]
 
     def _step(self, index: int, variables: Mapping[str, str]) -> list[Delta]:
         if index >= len(self.playbook):

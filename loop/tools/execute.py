@@ -19,7 +19,7 @@ from loop.errors import HumanNeeded, InfrastructureError, ToolError
 from loop.failpoints import failpoint
 from loop.masking import CredentialTripwire
 from loop.models import ToolCallStatus
-from loop.ports import Tool, ToolContext
+from loop.ports import DelegateReturn, Tool, ToolContext
 from loop.sql import release_thread
 from loop.tools.infra import is_infrastructure_error
 from loop.tripwires import Detector
@@ -35,6 +35,7 @@ class ToolOutcome:
     is_error: bool
     truncated: bool = False
     withheld: tuple[str, ...] = ()  # credential kinds that kept the output out of history
+    subagent: Mapping[str, Any] | None = None  # a delegate's subagent_result, recorded with the result
 
 
 def execute_tool(
@@ -64,8 +65,15 @@ def execute_tool(
     if worker.is_alive():
         call_token.cancel("tool timeout")
         worker.join(1.0)
-        timed_out = f"tool error: {tool.name} timed out after {context.timeout:g} s"
+        timed_out = f"tool error: {tool.name} timed out after {context.timeout or 0:g} s"
         return ToolOutcome(ToolCallStatus.FAILED, timed_out, True)
+    value = box.get("value")
+    if isinstance(value, DelegateReturn):  # a child ran: its result and its one subagent_result, whatever the ending
+        kinds = find_tripwires(value.content, detector)
+        content = withheld_notice("delegate output", kinds) if kinds else value.content
+        text, truncated = truncate_output(content, output_cap)
+        return ToolOutcome(value.status, text, value.status != ToolCallStatus.COMPLETED, truncated, tuple(kinds),
+                           value.subagent)
     if call_token.cancelled:
         return ToolOutcome(ToolCallStatus.CANCELED, f"tool call canceled: {call_token.reason}", True)
     error = box.get("error")

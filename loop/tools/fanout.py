@@ -44,6 +44,7 @@ class RoundEnv:
     principal: str
     narrative: str = ""
     detector: Detector | None = None  # credential tripwires for tool output; the vendored set when None
+    link: Any = None  # the calling frame (a loop.frame_link.FrameLink), handed to delegates
 
 
 def gate_call(call: ToolCall) -> GateCall:
@@ -63,7 +64,7 @@ def _settle(env: RoundEnv, call: ToolCall, outcome: ToolOutcome, result: RoundRe
 def _record(env: RoundEnv, call: ToolCall, outcome: ToolOutcome) -> None:
     env.store.record_result(call, status=outcome.status, content=outcome.content, is_error=outcome.is_error,
                             truncated=outcome.truncated, principal=env.principal, narrative=env.narrative,
-                            withheld=outcome.withheld)
+                            withheld=outcome.withheld, subagent=outcome.subagent)
     failpoint("loop.after_tool_result")
 
 
@@ -106,8 +107,11 @@ def _prepare(
     return tool
 
 
-def _context(env: RoundEnv, call: ToolCall, token: CancelToken) -> ToolContext:
-    return ToolContext(scope=env.scope, call_key=call.call_key, cancel=token, timeout=env.bounds.tool_timeout)
+def _context(env: RoundEnv, call: ToolCall, tool: Tool, token: CancelToken) -> ToolContext:
+    # A tool may declare its own timeout (None: none at all, as a delegate does).
+    timeout = getattr(tool, "timeout", env.bounds.tool_timeout)
+    return ToolContext(scope=env.scope, call_key=call.call_key, cancel=token, timeout=timeout, call_id=call.pk,
+                       frame=env.link)
 
 
 def _cancel_rest(env: RoundEnv, calls: Sequence[tuple[ToolCall, ParsedCall]], reason: str) -> None:
@@ -134,7 +138,7 @@ def run_round(
             tool = _prepare(env, call, parsed, result, skip_gate=call.pk in skip_gate_for)
             if tool is None:
                 continue
-            outcome = execute_tool(tool, parsed.arguments or {}, _context(env, call, cancel.child()),
+            outcome = execute_tool(tool, parsed.arguments or {}, _context(env, call, tool, cancel.child()),
                                    output_cap=env.bounds.tool_output_cap, detector=env.detector)
             _settle(env, call, outcome, result)
         result.canceled = cancel.cancelled
@@ -154,7 +158,7 @@ def run_round(
     outcomes: dict[int, ToolOutcome] = {}
     def run(item: tuple[int, ToolCall, Tool, Mapping[str, Any]]) -> tuple[int, ToolOutcome]:
         position, call, tool, arguments = item
-        context = _context(env, call, cancel.child())
+        context = _context(env, call, tool, cancel.child())
         return position, execute_tool(tool, arguments, context, output_cap=env.bounds.tool_output_cap,
                                       detector=env.detector)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.urls import include, path
 
 from approvals import api_pending
-from skald.api import cases, sessions
+from skald.api import cases, sessions, tasks
 from skald.api.inspect import InspectView
 from skald.api.replay import ReplayVerifyView
 
@@ -33,4 +33,7 @@ urlpatterns = [
     path("approvals/batches/<int:session_id>/<str:batch>/resolve", api_pending.BatchResolve.as_view(),
          name="approval-batch-resolve"),
     path("tools/<int:tool_call_id>/resolve", api_pending.ToolCallResolve.as_view(), name="tool-call-resolve"),
+    # Last: ``{source}`` is a free slug (a chat source such as ``web``), matched after every fixed route.
+    path("<slug:source>/tasks", tasks.TaskList.as_view(), name="source-tasks"),
+    path("<slug:source>/tasks/<int:job_id>/cancel", tasks.TaskCancel.as_view(), name="source-task-cancel"),
 ]

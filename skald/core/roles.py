@@ -21,7 +21,8 @@ AGENT_PRINCIPAL = "agent@loopback"
 # Each role's Django permissions. The migration skald/0002_roles keeps a frozen copy (migrations
 # must not import code that changes); ``roles_ensure`` restores them (tests flush the database).
 ROLE_PERMISSIONS: dict[Role, tuple[str, ...]] = {
-    Role.OPERATOR: ("skald.write_case", "skald.view_case", "skald.view_run"),
+    Role.OPERATOR: ("skald.write_case", "skald.view_case", "skald.view_run", "skald.view_scheduledjob",
+                    "skald.add_scheduledjob", "skald.change_scheduledjob", "skald.view_jobrun"),
     Role.APPROVER: ("approvals.resolve_approval", "approvals.view_pendingapproval"),
     Role.REVIEWER: ("proposals.dispose_proposal", "proposals.view_proposal"),
     Role.AUDITOR: ("audit.view_auditevent",),

@@ -12,7 +12,7 @@ from skald.models import Agent, AgentKind
 def _spec(agent: Agent) -> AgentSpec:
     return AgentSpec(
         name=agent.name, kind=agent.kind, system_prompt=agent.system_prompt, tools=tuple(agent.allowed_tools or ()),
-        client=agent.client, strength=agent.strength, bounds=dict(agent.bounds or {}),
+        client=agent.client, strength=agent.strength, description=agent.description, bounds=dict(agent.bounds or {}),
         playbook=tuple(agent.playbook or ()),
     )
 

@@ -7,7 +7,7 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from loop.errors import ToolError
+from loop.errors import HarnessError, ToolError
 from loop.ports import TurnScope
 from skald.sessions.workspace import read_current
 
@@ -34,3 +34,34 @@ def write_preview(tool: str, arguments: Mapping[str, Any], scope: TurnScope) -> 
     if len(lines) > MAX_PREVIEW_LINES:
         lines = [*lines[:MAX_PREVIEW_LINES], f"\n... {len(lines) - MAX_PREVIEW_LINES} more diff lines\n"]
     return header + "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+
+DELEGATES = ("execute_task", "execute_subtask")
+
+
+def delegation_preview(tool: str, arguments: Mapping[str, Any], scope: TurnScope) -> str:
+    """What a human approves for a delegate: the agent, the task, the mode and the tools the child
+    would get (the parent's ∩ the agent's ∩ the requested: capability subtraction)."""
+    from loop.delegation import child_tool_names
+    from skald import plugins
+    from skald.loop_adapters.catalog import AgentRowCatalog
+
+    catalog = AgentRowCatalog()
+    try:
+        parent = catalog.get(scope.agent)
+        child = catalog.get(str(arguments.get("agent"))) if tool == "execute_task" else parent
+    except HarnessError as exc:  # an unknown agent is refused when the call runs; say so here too
+        return f"Delegation: {exc}"
+    parent_tools = [name for name in plugins.sockets.tools.names() if name in set(parent.tools)]
+    requested = arguments.get("tools") if tool == "execute_subtask" else None
+    tools = child_tool_names(parent_tools, child.tools, list(requested) if isinstance(requested, list) else None)
+    return (f"Delegation ({tool})\nAgent: {child.name} ({child.kind}, strength {child.strength})\n"
+            f"Mode: {arguments.get('mode') or 'sync'}\nTask: {arguments.get('task', '')}\n"
+            f"Child's tools: {', '.join(tools) or '(none)'}\n")
+
+
+def preview_for(tool: str, arguments: Mapping[str, Any], scope: TurnScope) -> str:
+    """The approval card's preview: a diff for a write, the child's capabilities for a delegate."""
+    if tool in DELEGATES:
+        return delegation_preview(tool, arguments, scope)
+    return write_preview(tool, arguments, scope)

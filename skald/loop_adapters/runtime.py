@@ -44,14 +44,15 @@ def set_gate_factory(factory: GateFactory | None) -> None:
     _gate_factory = factory
 
 
-def provider_for(agent: AgentSpec) -> LlmProvider:
-    """Explicit client → configured profile → deterministic playbook (never inherited)."""
+def provider_for(agent: AgentSpec, client: str = "") -> LlmProvider:
+    """``client`` (a delegate's selection) → the agent's configured client → configured profile →
+    deterministic playbook. Tests replace the whole choice with :func:`set_provider_factory`."""
     if _provider_factory is not None:
         return _provider_factory(agent)
     status = provider_config.provider_status()
     if status == "invalid":
         raise HarnessError("the GDL provider profile is invalid", code="provider_profile_invalid")
-    client = agent.client or ("openai_compat" if status == "configured" else "playbook")
+    client = client or agent.client or ("openai_compat" if status == "configured" else "playbook")
     if client == "playbook":
         return PlaybookProvider(agent.playbook, word_pause=settings.SKALD_PLAYBOOK_WORD_PAUSE_MS / 1000)
     if client == "openai_compat":

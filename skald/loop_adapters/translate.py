@@ -26,6 +26,9 @@ _TYPES: dict[str, str] = {
     EventKind.EXCHANGE_SETTLED: "exchange.settled",
     EventKind.COMPACTION_PROBE: "compaction.probe",
     EventKind.NOTE: "note",
+    "control:task_update": "task.update",  # a job's TaskUpdate (skald.jobs), for the task strip
+    "control:frame_opened": "frame.opened",
+    "control:frame_closed": "frame.closed",
 }
 
 

@@ -19,6 +19,7 @@ from skald.core.errors import Conflict, SkaldError
 from skald.core.ids import new_token
 from skald.core.queue import queue_wait_for_room
 from skald.core.roles import Role, has_role
+from skald.jobs.services import job_cancel_for_session
 from skald.loop_adapters.catalog import AgentRowCatalog
 from skald.loop_adapters.runtime import build_env
 from skald.loop_adapters.store import kernel_store
@@ -155,6 +156,7 @@ def session_stop(*, user: AbstractBaseUser, session: Session) -> Exchange | None
     answer) sees the stop within its poll interval and settles once its calls have; an exchange no
     live driver holds (parked, not yet picked up, or its worker died) is settled Canceled here, in
     one transaction with its waiting calls and their pending approvals."""
+    job_cancel_for_session(session_id=session.pk, principal=f"user:{user.pk}")  # its async tasks too
     store = kernel_store()
     active = store.active_exchange(session.pk)
     if active is None:

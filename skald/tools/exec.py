@@ -8,6 +8,7 @@ from typing import Any
 from django.conf import settings
 
 from audit.actors import Actor
+from loop.bounds import TOOL_TIMEOUT
 from loop.ports import ToolContext
 from loop.tools.exec_bridge import ExecBridge
 from loop.tools.hints import RestartHint
@@ -20,7 +21,7 @@ def _execute(arguments: Mapping[str, Any], context: ToolContext) -> str:
     bridge = ExecBridge.from_env(settings.BRAIN_ENGINE_EXEC_ALLOWLIST)
     bridge.resolve(str(arguments["argv"][0]))  # a refused program touches no disk
     local = workspace_materialise(session_id=context.scope.session_id, root=context.scope.workspace.resolve())
-    result = bridge.run(list(arguments["argv"]), cancel=context.cancel, timeout=context.timeout,
+    result = bridge.run(list(arguments["argv"]), cancel=context.cancel, timeout=context.timeout or TOOL_TIMEOUT,
                         cwd=str(local.root))
     changed = workspace_sync_back(session_id=context.scope.session_id, materialised=local,
                                   actor=Actor.parse(context.scope.principal))

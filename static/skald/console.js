@@ -13,6 +13,7 @@
   const canResolve = document.body.dataset.canResolve === "1";
   let session = null, socket = null, lastSeq = 0;
   const cards = new Map();  // request_id → card element
+  const strip = window.SkaldTaskStrip.create($("tasks"), {source: "web", api, onOpen: (id) => open(id)});
 
   function el(tag, cls, value) {
     const n = document.createElement(tag);
@@ -85,6 +86,7 @@
   function show(event) {
     if (event.seq) lastSeq = Math.max(lastSeq, event.seq);
     const p = event.payload || {};
+    if (event.type === "task.update") { strip.update(p); return; }  // the task strip, not the log
     if (event.type === "turn.delta") { $("live").textContent += event.text || ""; return; }
     if (event.type === "approval.accepted") {
       const card = cards.get(event.request_id);
@@ -107,6 +109,10 @@
     }
     if (event.kind && event.kind.startsWith("control:") && !["control:approval_requested", "control:approval_resolved", "control:exchange_settled", "control:handoff"].includes(event.kind)) return;
     const li = el("li");
+    if (event.narrative) {  // a delegate's own turns, shown nested under the call that opened it
+      li.classList.add("nested");
+      li.appendChild(el("span", "frame", event.narrative.split(":").slice(0, 2).join(":")));
+    }
     li.appendChild(el("span", "kind", event.kind || event.type));
     if (event.kind === "user") li.appendChild(el("span", "user", p.content));
     else if (event.kind === "assistant") {
@@ -116,6 +122,7 @@
     else if (event.kind === "control:approval_requested") li.appendChild(approvalCard(event));
     else if (event.kind === "control:approval_resolved") li.appendChild(el("span", "tool", `${p.status} by ${p.by || "?"}${p.reason ? ` — “${p.reason}”` : ""}`));
     else if (event.kind === "control:exchange_settled") { li.appendChild(el("span", "tool", `exchange ended: ${p.outcome}`)); $("status").textContent = `Exchange ended: ${p.outcome}`; }
+    else if (event.kind === "subagent_result") li.appendChild(el("span", "tool", `[${p.outcome}] ${p.agent}: ${p.content}`));
     else li.appendChild(el("span", "tool", JSON.stringify(p)));
     append(li);
   }
@@ -136,6 +143,7 @@
   function open(id) {
     session = id; lastSeq = 0; cards.clear(); $("events").innerHTML = ""; $("live").textContent = "";
     $("status").textContent = `Session #${id}`;
+    strip.load();
     document.querySelectorAll("#sessions li").forEach((li) => li.classList.toggle("current", li.dataset.id == id));
     connect();
   }

@@ -134,8 +134,9 @@ def test_the_tool_list_covers_registry_interface_and_known_tools_once_each(api, 
         categories = {t["name"]: t["category"] for t in tools}
         assert categories["read_file"] == "registry"
         assert categories["write_file"] == "registry"
-        assert categories["execute_subtask"] == "interface"
-        assert categories["list_agents"] == "interface"
+        # The delegation tools are real tools in the registry now (skald/tools/delegation.py).
+        assert categories["execute_subtask"] in {"registry", "interface"}
+        assert categories["list_agents"] in {"registry", "interface"}
         assert categories["mcp_lookup"] == "dynamic"
         assert categories["execute_task"] in {"registry", "interface"}  # never listed as dynamic
         assert all(set(t) == {"name", "category", "description"} for t in tools)

@@ -29,13 +29,14 @@ def test_it_projects_the_closed_vocabulary_with_re_keyed_calls():
     key = call_key(3, 2, 0)
     rows = [user(1, "why?"), assistant(2, (key, "echo")), journal(3), result(4, key, "echo", "pong"),
             journal(5, "control:tool_done"), assistant(6, text="because"), journal(7, "canceled"),
-            EventRow(8, "subagent_result", {"key": "k", "agent": "a", "content": "child says", "outcome": "completed"})]
+            EventRow(8, "subagent_result", {"key": key, "agent": "a", "content": "child says", "outcome": "completed"})]
+    # A subagent_result is the durable record of a child's result; the model reads that text through
+    # the tool result of its call, so the record adds no message of its own.
     assert project(rows) == (
         UserMessage("why?"),
         AssistantMessage("", (ToolCallRequest(id="e3:t2:c0", name="echo", arguments="{}"),)),
         ToolResultMessage(call_id="e3:t2:c0", name="echo", content="pong"),
         AssistantMessage("because"),
-        SummaryMessage(kind="delegation", content="child says"),
     )
 
 
@@ -56,6 +57,8 @@ def test_it_masks_every_text_that_reaches_the_model():
           result(4, "e1:t1:c0", "echo")], "duplicate result"),
         ([user(1), assistant(2, ("e1:t1:c0", "echo"), ("e1:t1:c0", "echo"))], "duplicate call key"),
         ([user(1), EventRow(2, "gossip", {})], "vocabulary"),
+        ([user(1), EventRow(2, "subagent_result", {"key": "e1:t1:c0", "agent": "a", "content": "c",
+                                                   "outcome": "completed"})], "without its tool result"),
         ([EventRow(1, "user", {"text": "wrong field"})], "malformed"),
     ],
 )

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -75,7 +76,7 @@ def _routes(prefix: str) -> list[str]:
             if hasattr(pattern, "url_patterns"):
                 walk(pattern.url_patterns, text)
             else:
-                found.append(re.sub(r"<(?:str|int):\w+>", "1", text))
+                found.append(re.sub(r"<(?:str|int|slug):\w+>", "1", text))
 
     for top in get_resolver().url_patterns:
         if str(top.pattern) == prefix:
@@ -122,3 +123,14 @@ def test_metrics_render_prometheus_text(client):
     response = client.get("/metrics")
     assert response.status_code == 200
     assert b"skald_exchange_outcomes" in response.content
+
+
+def test_the_delegation_tools_argument_schemas_are_published_and_stay_intact(client):
+    from skald.tools.delegation_schemas import EXECUTE_TASK_SCHEMA
+
+    before = json.dumps(EXECUTE_TASK_SCHEMA, sort_keys=True)
+    schemas = client.get("/api/schema/", {"format": "json"}).json()["components"]["schemas"]
+    assert {"ExecuteTaskArguments", "ExecuteSubtaskArguments", "ListAgentsArguments", "CronArguments"} <= set(schemas)
+    assert schemas["ExecuteTaskArguments"]["required"] == ["agent", "task"]
+    # Generating the document must not rewrite the schemas the tools validate with.
+    assert json.dumps(EXECUTE_TASK_SCHEMA, sort_keys=True) == before

@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth.models import Group
 
 from approvals.models import PendingApproval
-from approvals.seed import default_rules_ensure
+from approvals.seed import default_rules_ensure, demo_rules_ensure
 from audit.actors import Actor
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
@@ -195,6 +195,7 @@ def test_the_demo_playbook_parks_on_the_write_completes_after_approval_and_leave
     alice, carol, api, world, settings
 ):
     runtime.set_provider_factory(None)  # the embedded default: the deterministic playbook
+    demo_rules_ensure()  # as `make run` seeds it: delegating to the read-only log analyst needs no human
     run = launch(api, alice, world, {"ticket": "Checkout returns 502 after deploy"}).json()
     assert run["status"] == "awaiting_human"
     approval = PendingApproval.objects.get()
@@ -205,7 +206,9 @@ def test_the_demo_playbook_parks_on_the_write_completes_after_approval_and_leave
     done = Run.objects.get()
     assert done.status == RunStatus.COMPLETED, done.status
     assert read_current(done.session_id, "reports/findings.md") is not None
-    assert ToolCall.objects.filter(session_id=done.session_id, tool="read_logs", status="completed").exists()
+    # The log analysis ran in the log analyst's child frame, in the same session (SPEC S1).
+    assert ToolCall.objects.filter(session_id=done.session_id, tool="read_logs", status="completed",
+                                   frame__depth=1).exists()
     from proposals.models import Proposal
 
     assert Proposal.objects.filter(run=done, status="pending").count() == 1

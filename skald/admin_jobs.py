@@ -1,0 +1,127 @@
+"""Jobs in the admin (SPEC S4, O3): async tasks and cron jobs with their runs; operators create and
+edit cron jobs here (next run, last runs, outcome). Writes go through :mod:`skald.jobs` services."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from skald.core.admin import ReadOnlyAdmin, ReadOnlyMixin
+from skald.core.errors import SkaldError
+from skald.jobs.cron import cron_expression_check, cron_job_create, cron_job_update
+from skald.jobs.models import JobKind, JobRun, ScheduledJob
+from skald.jobs.services import job_cancel
+from skald.models import Agent, AgentKind
+
+
+class CronJobForm(forms.ModelForm):
+    agent = forms.ChoiceField(choices=())
+    cron = forms.CharField(max_length=120, help_text="min hour day month weekday (an optional 6th field: seconds)")
+
+    class Meta:
+        model = ScheduledJob
+        fields = ["agent", "task", "cron", "source"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:
+            self.fields.pop("agent", None)  # a job's agent is fixed once it exists
+        names = Agent.objects.filter(kind=AgentKind.TASK, enabled=True).values_list("name", flat=True)
+        field = self.fields.get("agent")
+        if isinstance(field, forms.ChoiceField):
+            field.choices = [(name, name) for name in names]
+
+    def clean_cron(self) -> str:
+        try:
+            return cron_expression_check(self.cleaned_data["cron"])
+        except SkaldError as exc:
+            raise forms.ValidationError(exc.message, code=exc.code) from None
+
+
+class JobRunInline(ReadOnlyMixin, admin.TabularInline):
+    model = JobRun
+    fields = ("number", "status", "outcome", "error", "started_at", "ended_at", "delivered_at", "session")
+    readonly_fields = fields
+    extra = 0
+    max_num = 0
+    can_delete = False
+    ordering = ["-number"]  # runs are written by workers only
+
+
+@admin.register(ScheduledJob)
+class ScheduledJobAdmin(admin.ModelAdmin):
+    list_display = ["id", "kind", "status", "agent", "cron", "next_run", "last_run", "owner", "created_at"]
+    list_filter = ["kind", "status"]
+    search_fields = ["task", "agent"]
+    inlines = [JobRunInline]
+    actions = ["cancel_jobs"]
+    readonly_fields = ("kind", "status", "owner", "parent_session", "parent_call", "child_session",
+                       "tools", "selection", "next_run", "created_at", "updated_at")
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
+        if obj is None or obj.kind == JobKind.CRON:
+            kwargs["form"] = CronJobForm
+        return super().get_form(request, obj, change, **kwargs)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is None:
+            return ["agent", "task", "cron", "source"]
+        if obj.kind == JobKind.CRON:
+            return ["agent", "task", "cron", "source", *self.readonly_fields]
+        return ["agent", "task", *self.readonly_fields]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is not None and obj.kind == JobKind.TASK:
+            return ["agent", "task", *self.readonly_fields]  # a task is what its parent asked: not editable
+        if obj is not None:
+            return ["agent", "source", *self.readonly_fields]
+        return []
+
+    def save_model(self, request: HttpRequest, obj: ScheduledJob, form: Any, change: bool) -> None:
+        principal = f"user:{request.user.pk}"
+        data = form.cleaned_data
+        try:
+            if change:
+                cron_job_update(job_id=obj.pk, expression=data["cron"], task=data["task"], principal=principal)
+            else:
+                created = cron_job_create(owner_id=int(request.user.pk or 0), agent=data["agent"], task=data["task"],
+                                          expression=data["cron"], source=data.get("source") or "web",
+                                          principal=principal)
+                obj.pk = created.pk
+        except SkaldError as exc:  # e.g. the agent was disabled meanwhile: nothing was stored
+            self.message_user(request, f"{exc.code}: {exc.message}", messages.ERROR)
+
+    @admin.display(description="Next run")
+    def next_run(self, job: ScheduledJob) -> Any:
+        return job.schedule.next_run if job.schedule is not None else "—"
+
+    @admin.display(description="Last run")
+    def last_run(self, job: ScheduledJob) -> SafeString | str:
+        run = job.runs.order_by("-number").first()
+        if run is None:
+            return "—"
+        return format_html("#{} {}{}", run.number, run.status, " (delivered)" if run.delivered_at else "")
+
+    @admin.action(description="Cancel selected jobs")
+    def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[ScheduledJob]) -> None:
+        done = 0
+        for job in queryset:
+            try:
+                job_cancel(job_id=job.pk, principal=f"user:{request.user.pk}")
+                done += 1
+            except SkaldError as exc:
+                self.message_user(request, f"job #{job.pk}: {exc.message}", messages.WARNING)
+        self.message_user(request, f"Cancelled {done} job(s).", messages.SUCCESS)
+
+
+@admin.register(JobRun)
+class JobRunAdmin(ReadOnlyAdmin):
+    list_display = ["id", "job", "number", "status", "outcome", "started_at", "ended_at", "delivered_at"]
+    list_filter = ["status", "job__kind"]
+    list_select_related = ["job"]

@@ -1,0 +1,151 @@
+"""Running a job on a worker: the child's environment (capability subtraction, the parent's gate
+scope, its selected model), one kernel exchange in the job's own conversation, then the one
+classification of how it ended."""
+
+from __future__ import annotations
+
+import logging
+import re
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+
+from loop.driver import LoopEnv, admit_exchange, drive_exchange
+from loop.events import EventKind
+from loop.models import Exchange, ExchangeStatus, SessionEvent
+from loop.outcomes import AwaitingHuman, Completed, RunOutcome, outcome_from_receipt
+from loop.ports import TurnScope
+from skald import plugins
+from skald.core import clock
+from skald.core.ids import new_token
+from skald.core.queue import enqueue_on_commit
+from skald.jobs.classify import classify, crashed
+from skald.jobs.models import JobKind, JobRun, JobStatus, RunEnding, ScheduledJob
+from skald.jobs.services import RUN_TASK, job_request_key, job_run_finish, job_run_start
+from skald.loop_adapters.bus import ChannelsBus
+from skald.loop_adapters.catalog import AgentRowCatalog
+from skald.loop_adapters.discovery import KnownToolRecorder
+from skald.loop_adapters.hooks import audited_hooks
+from skald.loop_adapters.runtime import default_gate, deployment_bounds, provider_for
+from skald.loop_adapters.store import kernel_store
+from skald.sessions.workspace import workspace_for
+
+logger = logging.getLogger(__name__)
+
+PARTIAL_CAP = 4000
+_JOB_KEY = re.compile(r"^job:(\d+):run:(\d+)$")
+
+
+def job_env(job: ScheduledJob, run: JobRun) -> LoopEnv:
+    """The child's environment: the job's tools only (already the parent's ∩ the agent's ∩ the
+    requested), the parent's scope for the gate and the workspace, the selected client."""
+    agent = AgentRowCatalog().get(job.agent)
+    assert run.session_id is not None
+    home = job.parent_session_id or run.session_id
+    scope = TurnScope(
+        session_id=run.session_id, exchange_id=0, principal=f"user:{job.owner_id}", user_id=job.owner_id,
+        agent=str(job.scope_extras.get("gate_agent") or agent.name), workspace=workspace_for(home),
+        source=job.source, extras={k: v for k, v in job.scope_extras.items() if k in ("case_id", "run_id")},
+    )
+    return LoopEnv(
+        store=kernel_store(), provider=provider_for(agent, str(job.selection.get("client") or "")),
+        tools=plugins.sockets.tools.subset(job.tools), gate=default_gate(), agent=agent, scope=scope,
+        bus=ChannelsBus(), bounds=deployment_bounds().override(agent.bounds), hooks=audited_hooks(),
+        discovery=KnownToolRecorder(),
+    )
+
+
+def partial_output(session_id: int | None, *, narrative: str = "") -> str:
+    """Whatever a run produced before it ended: its assistant texts and tool results, newest last."""
+    if session_id is None:
+        return ""
+    parts: list[str] = []
+    rows = SessionEvent.objects.filter(session_id=session_id, narrative=narrative,
+                                       kind__in=[EventKind.ASSISTANT, EventKind.TOOL_RESULT]).order_by("seq")
+    for kind, payload in rows.values_list("kind", "payload"):
+        text = str(payload.get("content", "")).strip()
+        if text:
+            parts.append(text if kind == EventKind.ASSISTANT else f"[{payload.get('name')}] {text}")
+    joined = "\n".join(parts)
+    return joined[-PARTIAL_CAP:]
+
+
+def _output(outcome: RunOutcome, session_id: int | None) -> str:
+    if isinstance(outcome, Completed):
+        return outcome.answer
+    return partial_output(session_id)
+
+
+def run_job(job_id: int) -> str:
+    """Start the job's run, drive its exchange, classify the ending (once) and so deliver it."""
+    run = job_run_start(job_id=job_id)
+    if run is None:
+        return "not started (already started, cancelled or unknown)"
+    job = run.job
+    exchange: Exchange | None = None
+    try:
+        env = job_env(job, run)
+        exchange, _ = admit_exchange(env, request_key=job_request_key(job, run.number), content=job.task,
+                                     author=f"agent:{job.scope_extras.get('gate_agent') or 'cron'}")
+        JobRun.objects.filter(pk=run.pk).update(exchange=exchange)  # a link for the admin, not a state change
+        if ScheduledJob.objects.filter(pk=job.pk, cancel_requested_at__isnull=False).exists():
+            env.store.request_cancel(exchange.pk, principal=env.principal)  # cancelled before it was admitted
+        result = drive_exchange(env, exchange, claim_token=new_token())
+    except Exception as exc:
+        logger.exception("job %s run %s crashed", job.pk, run.number)
+        job_run_finish(run_id=run.pk, ending=crashed(exc), output=partial_output(run.session_id),
+                       exchange_id=exchange.pk if exchange is not None else None)
+        return RunEnding.FAILED
+    if isinstance(result.outcome, AwaitingHuman):
+        return "awaiting_human"  # classified when the exchange settles (job_sync_from_exchange)
+    job_run_finish(run_id=run.pk, ending=classify(result.outcome), output=_output(result.outcome, run.session_id),
+                   exchange_id=exchange.pk)
+    return classify(result.outcome).status
+
+
+def job_sync_from_exchange(exchange_id: int) -> JobRun | None:
+    """A job's exchange that ended later (after an approval, or repaired after a lost worker) ends
+    its run here: the same classification, once."""
+    exchange = Exchange.objects.filter(pk=exchange_id).first()
+    if exchange is None or exchange.status not in (ExchangeStatus.SETTLED, ExchangeStatus.BROKEN):
+        return None
+    match = _JOB_KEY.match(exchange.request_key)
+    if match is None:
+        return None
+    run = JobRun.objects.filter(job_id=int(match.group(1)), number=int(match.group(2)),
+                                status=RunEnding.RUNNING).first()
+    if run is None:
+        return None
+    if exchange.status == ExchangeStatus.BROKEN:
+        ending = crashed(f"the run broke ({exchange.error_code})")
+        output = partial_output(exchange.session_id)
+    else:
+        outcome = outcome_from_receipt(exchange.outcome, exchange.receipt, turns=exchange.turns)
+        ending, output = classify(outcome), _output(outcome, exchange.session_id)
+    return job_run_finish(run_id=run.pk, ending=ending, output=output, exchange_id=exchange.pk)
+
+
+__all__ = ["JobKind", "job_env", "job_sync_from_exchange", "partial_output", "run_job"]
+
+
+LOST_QUEUE_AFTER = timedelta(minutes=5)
+
+
+def reap_lost() -> int:
+    """What a lost worker or a lost queue message left behind, found by the every-minute sweep:
+    a task still queued long after it was written is enqueued again (starting is once, so a
+    duplicate does nothing), and a run whose worker died before its exchange was admitted ends
+    ``failed`` (classified and delivered like any ending). Returns how many were touched."""
+    now = clock.now()
+    touched = 0
+    for job_id in ScheduledJob.objects.filter(kind=JobKind.TASK, status=JobStatus.QUEUED,
+                                              created_at__lt=now - LOST_QUEUE_AFTER).values_list("pk", flat=True)[:100]:
+        with transaction.atomic():
+            enqueue_on_commit(RUN_TASK, job_id)
+        touched += 1
+    stale = now - timedelta(seconds=settings.SKALD_CLAIM_STALE_SECONDS)
+    for run in JobRun.objects.filter(status=RunEnding.RUNNING, exchange__isnull=True, started_at__lt=stale)[:100]:
+        job_run_finish(run_id=run.pk, ending=crashed("the worker was lost before the run began"))
+        touched += 1
+    return touched

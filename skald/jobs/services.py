@@ -1,0 +1,237 @@
+"""Job writes: submit, start, finish (the one classification), cancel. Each is one transaction with
+its audit row and the parent conversation's ``TaskUpdate`` row; work is enqueued on commit.
+
+A ``TaskUpdate`` is a ``control:task_update`` row in the *parent* session: viewers of that
+conversation (its source) receive it over the websocket, and a reconnect replays it like any row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.db import transaction
+from django_q.models import Schedule
+
+from audit.actors import Actor
+from audit.kinds import AuditKind
+from audit.services import audit_append
+from loop.models import Exchange, Session
+from skald.core import clock
+from skald.core.errors import Conflict, NotFound
+from skald.core.queue import enqueue_on_commit
+from skald.jobs.classify import Ending
+from skald.jobs.models import JobKind, JobRun, JobStatus, RunEnding, ScheduledJob
+from skald.loop_adapters.store import kernel_store
+
+TASK_UPDATE = "control:task_update"
+TASKS_ACTOR = Actor.system("tasks")
+RUN_TASK = "skald.tasks.run_job"
+DELIVER = "skald.tasks.deliver_job_run"
+
+
+def job_request_key(job: ScheduledJob, run_number: int) -> str:
+    """The child exchange's request key: a re-run of the same job run admits nothing new."""
+    return f"job:{job.pk}:run:{run_number}"
+
+
+def delivery_request_key(job: ScheduledJob, run_number: int) -> str:
+    """The parent's delivery exchange key: a redelivery is a no-op (SPEC S4)."""
+    return f"job:{job.pk}:run:{run_number}:delivery"
+
+
+def task_payload(job: ScheduledJob, run: JobRun | None = None) -> dict[str, Any]:
+    """What a ``TaskUpdate`` says and what ``GET /api/{source}/tasks`` lists for one job."""
+    return {
+        "job": job.pk, "kind": job.kind, "status": run.status if run is not None else job.status,
+        "agent": job.agent, "task": job.task[:200], "child_session": job.child_session_id,
+        "parent_session": job.parent_session_id, "run": run.number if run is not None else None,
+        "delivered": bool(run is not None and run.delivered_at is not None),
+        "error": run.error if run is not None else "",
+    }
+
+
+def announce(job: ScheduledJob, run: JobRun | None = None) -> None:
+    """Append the job's ``TaskUpdate`` to its parent conversation (a cron job's to its home one),
+    inside the caller's transaction. A job with neither belongs to nobody's chat."""
+    session_id = job.parent_session_id or job.home_session_id
+    if session_id is None:
+        return
+    payload = task_payload(job, run)
+    state = f"{payload['status']}{':delivered' if payload['delivered'] else ''}"
+    kernel_store().append_event(
+        session_id=session_id, kind=TASK_UPDATE, payload=payload, principal="system:tasks",
+        key=f"s{session_id}:job{job.pk}:r{payload['run'] or 0}:{state}",
+    )
+
+
+def lock_conversation(session_id: int | None) -> None:
+    """Take the conversation's row lock before any audit row of the transaction.
+
+    The kernel appends a narrative row (the session row lock) before its audit row (the chain's
+    lock); a job transaction that announces into a conversation takes them in the same order, so
+    a parallel sibling writing to that conversation can never deadlock with it.
+    """
+    if session_id is not None:
+        Session.objects.select_for_update().filter(pk=session_id).values_list("pk", flat=True).first()
+
+
+def _audit(kind: AuditKind, job: ScheduledJob, payload: Mapping[str, Any], actor: Actor = TASKS_ACTOR) -> None:
+    audit_append(actor=actor, kind=kind, subject_type="job", subject_id=job.pk, payload=dict(payload))
+
+
+def job_submit_task(
+    *,
+    owner_id: int,
+    source: str,
+    parent_session_id: int,
+    parent_exchange_id: int | None,
+    parent_call_id: int | None,
+    agent: str,
+    task: str,
+    tools: Sequence[str],
+    client: str,
+    selection: Mapping[str, Any],
+    scope_extras: Mapping[str, Any],
+) -> ScheduledJob:
+    """Write a ``task`` job and its child conversation, announce it, and enqueue it on commit.
+
+    Idempotent per spawning call: a call that runs again (recovery) gets the job it started.
+    """
+    if parent_call_id is not None:
+        existing = ScheduledJob.objects.filter(parent_call_id=parent_call_id).first()
+        if existing is not None:
+            return existing
+    with transaction.atomic():
+        lock_conversation(parent_session_id)
+        child = kernel_store().create_session(owner_id=owner_id, agent=agent, source="task",
+                                              title=f"task: {task[:80]}", principal=f"user:{owner_id}")
+        now = clock.now()
+        job = ScheduledJob.objects.create(
+            kind=JobKind.TASK, status=JobStatus.QUEUED, owner_id=owner_id, source=source, agent=agent, task=task,
+            tools=list(tools), client=client, selection=dict(selection), scope_extras=dict(scope_extras),
+            parent_session_id=parent_session_id, parent_exchange_id=parent_exchange_id,
+            parent_call_id=parent_call_id, child_session=child, created_at=now, updated_at=now,
+        )
+        _audit(AuditKind.JOB_CREATED, job, {"kind": job.kind, "agent": agent, "parent_session": parent_session_id,
+                                            "parent_call": parent_call_id, "child_session": child.pk,
+                                            "tools": sorted(tools), "selection": dict(selection)},
+               Actor.parse(f"user:{owner_id}"))
+        announce(job)
+        enqueue_on_commit(RUN_TASK, job.pk)
+    return job
+
+
+def _set_job_status(job: ScheduledJob, status: str) -> None:
+    job.status = status
+    job.updated_at = clock.now()
+    ScheduledJob.objects.filter(pk=job.pk).update(status=status, updated_at=job.updated_at)
+
+
+def job_run_start(*, job_id: int) -> JobRun | None:
+    """Open the job's next run. A task job runs once: a second start (a redelivered queue message)
+    gets None, as does a job cancelled before it started."""
+    with transaction.atomic():
+        job = ScheduledJob.objects.select_for_update().filter(pk=job_id).first()
+        if job is None:
+            return None
+        if job.kind == JobKind.TASK and job.status != JobStatus.QUEUED:
+            return None
+        if job.kind == JobKind.CRON and job.status != JobStatus.SCHEDULED:
+            return None
+        lock_conversation(job.parent_session_id or job.home_session_id)
+        number = job.runs.count() + 1
+        session: Session | None = job.child_session
+        if job.kind == JobKind.CRON:  # each firing is its own conversation
+            session = kernel_store().create_session(owner_id=job.owner_id, agent=job.agent, source="cron",
+                                                    title=f"cron #{job.pk} run {number}",
+                                                    principal=f"user:{job.owner_id}")
+        run = JobRun.objects.create(job=job, number=number, status=RunEnding.RUNNING, session=session,
+                                    started_at=clock.now())
+        if job.kind == JobKind.TASK:
+            _set_job_status(job, JobStatus.RUNNING)
+        _audit(AuditKind.JOB_STATE_CHANGED, job, {"run": number, "to": RunEnding.RUNNING})
+        announce(job, run)
+    return run
+
+
+def job_run_finish(*, run_id: int, ending: Ending, output: str = "", exchange_id: int | None = None) -> JobRun | None:
+    """Record a run's ending exactly once and enqueue its delivery on commit.
+
+    Returns None when the run had already ended (a second classifier changes nothing).
+    """
+    with transaction.atomic():
+        run = JobRun.objects.select_for_update().select_related("job").filter(pk=run_id).first()
+        if run is None or run.status != RunEnding.RUNNING:
+            return None
+        lock_conversation(run.job.parent_session_id or run.job.home_session_id)
+        run.status, run.outcome, run.error = ending.status, ending.outcome, ending.reason[:300]
+        run.output = output[:16000]
+        run.ended_at = clock.now()
+        if exchange_id is not None:
+            run.exchange_id = exchange_id
+        run.save(update_fields=["status", "outcome", "error", "output", "ended_at", "exchange"])
+        job = run.job
+        if job.kind == JobKind.TASK:
+            _set_job_status(job, ending.status)
+        _audit(AuditKind.JOB_STATE_CHANGED, job, {"run": run.number, "to": ending.status, "outcome": ending.outcome,
+                                                  "reason": ending.reason[:200]})
+        announce(job, run)
+        enqueue_on_commit(DELIVER, run.pk)
+    return run
+
+
+def job_cancel(*, job_id: int, principal: str) -> ScheduledJob:
+    """Cancel a job: a queued task ends ``cancelled`` at once (and is delivered), a running one is
+    stopped through its child exchange (sticky; its run ends ``cancelled``), a cron job stops firing.
+
+    Raises:
+        NotFound: ``job_not_found``.
+        Conflict: ``job_not_active`` when it has ended already.
+    """
+    store = kernel_store()
+    with transaction.atomic():
+        job = ScheduledJob.objects.select_for_update().filter(pk=job_id).first()
+        if job is None:
+            raise NotFound("No such job.", code="job_not_found")
+        lock_conversation(job.parent_session_id or job.home_session_id)
+        actor = Actor.parse(principal)
+        if job.kind == JobKind.CRON:
+            if job.status != JobStatus.SCHEDULED:
+                raise Conflict("The cron job is not scheduled.", code="job_not_active")
+            Schedule.objects.filter(pk=job.schedule_id).delete()  # it stops firing
+            _set_job_status(job, JobStatus.CANCELLED)
+            _audit(AuditKind.JOB_STATE_CHANGED, job, {"to": JobStatus.CANCELLED}, actor)
+            return job
+        if job.status == JobStatus.QUEUED:
+            _set_job_status(job, JobStatus.CANCELLED)
+            run = JobRun.objects.create(job=job, number=1, status=RunEnding.CANCELLED, outcome="canceled",
+                                        error="cancelled before it started", session=job.child_session,
+                                        started_at=clock.now(), ended_at=clock.now())
+            _audit(AuditKind.JOB_STATE_CHANGED, job, {"run": 1, "to": RunEnding.CANCELLED}, actor)
+            announce(job, run)
+            enqueue_on_commit(DELIVER, run.pk)
+            return job
+        if job.status != JobStatus.RUNNING:
+            raise Conflict("The task has ended already.", code="job_not_active")
+        # Sticky: a runner that admits its exchange after this commits finds the request there.
+        ScheduledJob.objects.filter(pk=job.pk).update(cancel_requested_at=clock.now())
+        _audit(AuditKind.JOB_STATE_CHANGED, job, {"cancel_requested": True}, actor)
+        active = Exchange.objects.filter(session_id=job.child_session_id or 0,
+                                         request_key=job_request_key(job, 1)).first()
+        if active is not None:
+            store.request_cancel(active.pk, principal=principal)
+    return job
+
+
+def job_cancel_for_session(*, session_id: int, principal: str) -> list[int]:
+    """A stop of a conversation stops the async tasks it started (one cancellation tree)."""
+    ids = list(ScheduledJob.objects.filter(parent_session_id=session_id, kind=JobKind.TASK,
+                                           status__in=[JobStatus.QUEUED, JobStatus.RUNNING])
+               .values_list("pk", flat=True))
+    for job_id in ids:
+        try:
+            job_cancel(job_id=job_id, principal=principal)
+        except Conflict:  # it ended meanwhile
+            continue
+    return ids

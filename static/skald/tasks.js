@@ -1,0 +1,59 @@
+// The task strip (SPEC S5, O4): running and recently failed async tasks of a chat source.
+// Self-contained: it loads from GET /api/{source}/tasks, then follows `task.update` events that the
+// console hands it (a reload therefore shows the same strip). Successes leave the strip once
+// delivered: their result is already a message in the conversation.
+(function () {
+  const SHOWN = new Set(["queued", "running", "failed", "succeeded", "cancelled"]);
+
+  function create(root, options) {
+    const tasks = new Map();  // job id -> latest payload
+    const source = options.source || "web";
+    const api = options.api;
+
+    function label(t) {
+      if (t.delivered) return t.status === "failed" ? "failed (delivered)" : "delivered";
+      return t.status;
+    }
+
+    function render() {
+      root.innerHTML = "";
+      const visible = [...tasks.values()].filter((t) => SHOWN.has(t.status) && !(t.delivered && t.status !== "failed"))
+        .sort((a, b) => b.job - a.job);
+      const done = [...tasks.values()].filter((t) => t.delivered && t.status !== "failed");
+      root.hidden = !visible.length && !done.length;
+      for (const t of [...visible, ...done.slice(0, 3)]) {
+        const item = document.createElement("span");
+        item.className = `task task-${t.delivered ? "delivered" : t.status}`;
+        item.dataset.job = t.job;
+        const link = document.createElement("a");
+        link.href = "#";
+        link.textContent = `#${t.job} ${t.agent}: ${label(t)}`;
+        link.title = t.task + (t.error ? `\n${t.error}` : "");
+        link.onclick = (e) => { e.preventDefault(); if (t.child_session && options.onOpen) options.onOpen(t.child_session); };
+        item.appendChild(link);
+        root.appendChild(item);
+      }
+    }
+
+    return {
+      async load() {
+        const {status, body} = await api(`/api/${encodeURIComponent(source)}/tasks?limit=50`);
+        if (status !== 200) return;
+        for (const row of body.results || []) {
+          const run = row.run || {};
+          tasks.set(row.id, {job: row.id, status: run.status || row.status, agent: row.agent, task: row.task,
+            child_session: row.child_session, delivered: !!run.delivered, error: run.error || ""});
+        }
+        render();
+      },
+      update(payload) {
+        if (!payload || payload.kind !== "task") return;
+        tasks.set(payload.job, {...(tasks.get(payload.job) || {}), ...payload});
+        render();
+      },
+      clear() { tasks.clear(); render(); },
+    };
+  }
+
+  window.SkaldTaskStrip = {create};
+})();

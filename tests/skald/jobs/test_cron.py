@@ -1,0 +1,89 @@
+"""Cron jobs (SPEC S4): a job row and its django-q2 schedule written together, one run per firing,
+delivered to the owner's home conversation; the ``cron`` interface tool is gated like any tool."""
+
+from __future__ import annotations
+
+import pytest
+from django_q.models import Schedule
+
+from approvals.models import PendingApproval
+from approvals.seed import default_rules_ensure
+from loop.providers.loopback import text_turn, tool_turn
+from skald.core.errors import SkaldError
+from skald.jobs.cron import CRON_FUNC, cron_job_create
+from skald.jobs.models import JobStatus, ScheduledJob
+from skald.jobs.services import job_cancel
+from skald.models import Agent
+from skald.tasks import run_cron_job
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
+
+
+def test_a_cron_job_is_a_schedule_and_each_firing_is_a_classified_delivered_run(alice, agents, script,
+                                                                                 inline_tasks, conversation):
+    job = cron_job_create(owner_id=alice.pk, agent="log-analyst", task="nightly log check", expression="0 3 * * *",
+                          home_session_id=conversation.pk, principal=f"user:{alice.pk}")
+    schedule = Schedule.objects.get(pk=job.schedule_id)
+    assert (schedule.func, schedule.args, schedule.cron) == (CRON_FUNC, str(job.pk), "0 3 * * *")
+    assert schedule.next_run is not None and job.selection["rule"] == "auto:strength"
+
+    script(text_turn("quiet night"), text_turn("second night"))
+    assert run_cron_job(job.pk) == "succeeded"  # what the schedule calls on a worker
+    assert run_cron_job(job.pk) == "succeeded"
+    runs = list(job.runs.order_by("number"))
+    assert [(r.number, r.status, r.output) for r in runs] == [(1, "succeeded", "quiet night"),
+                                                              (2, "succeeded", "second night")]
+    assert all(r.delivered_at is not None for r in runs)
+    assert runs[0].session_id != runs[1].session_id  # each firing is its own conversation
+    job.refresh_from_db()
+    assert job.status == JobStatus.SCHEDULED  # a cron job keeps firing
+
+
+def test_a_bad_expression_or_agent_is_refused_and_nothing_is_stored(alice, agents):
+    for expression, agent, code in (("every night", "log-analyst", "cron_invalid"),
+                                    ("0 3 * * *", "troubleshooter", "agent_not_task"),
+                                    ("0 3 * * *", "nobody", "agent_unknown")):
+        with pytest.raises(SkaldError) as refused:
+            cron_job_create(owner_id=alice.pk, agent=agent, task="t", expression=expression,
+                            principal=f"user:{alice.pk}")
+        assert refused.value.code == code
+    assert not ScheduledJob.objects.exists() and not Schedule.objects.filter(func=CRON_FUNC).exists()
+
+
+def test_cancelling_a_cron_job_removes_its_schedule(alice, agents):
+    job = cron_job_create(owner_id=alice.pk, agent="log-analyst", task="t", expression="*/5 * * * *",
+                          principal=f"user:{alice.pk}")
+    job_cancel(job_id=job.pk, principal=f"user:{alice.pk}")
+    job.refresh_from_db()
+    assert job.status == JobStatus.CANCELLED and not Schedule.objects.filter(func=CRON_FUNC).exists()
+    assert run_cron_job(job.pk).startswith("not started")
+
+
+@pytest.fixture
+def may_schedule(agents) -> None:
+    """The troubleshooter is given the ``cron`` interface tool (it does not declare it by default)."""
+    agent = Agent.objects.get(name="troubleshooter")
+    agent.allowed_tools = [*agent.allowed_tools, "cron"]
+    agent.save()
+
+
+def test_the_cron_tool_is_gated_like_any_tool(say, script, inline_tasks, may_schedule):
+    default_rules_ensure()
+    script(tool_turn(("cron", {"action": "create", "expression": "0 3 * * *", "agent": "log-analyst",
+                               "task": "nightly"})))
+    exchange = say("check the logs every night")
+    assert exchange.status == "parked" and PendingApproval.objects.get().tool == "cron"
+    assert not ScheduledJob.objects.exists()
+
+
+def test_the_cron_tool_creates_lists_and_cancels(say, script, allow_all, inline_tasks, conversation, may_schedule):
+    script(tool_turn(("cron", {"action": "create", "expression": "0 3 * * *", "agent": "log-analyst",
+                               "task": "nightly"})),
+           tool_turn(("cron", {"action": "list"})), text_turn("scheduled"))
+    say("check the logs every night")
+    job = ScheduledJob.objects.get()
+    assert job.home_session_id == conversation.pk and job.cron == "0 3 * * *"
+    script(tool_turn(("cron", {"action": "cancel", "job": job.pk})), text_turn("cancelled"))
+    say("stop the nightly check")
+    job.refresh_from_db()
+    assert job.status == JobStatus.CANCELLED

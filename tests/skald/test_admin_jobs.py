@@ -1,0 +1,83 @@
+"""The jobs admin and a run's frame tree (SPEC S4, O3): operators schedule cron jobs (next run, last
+runs, outcome), see async tasks, and read a run's nested frames."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from django_q.models import Schedule
+
+from approvals.seed import demo_rules_ensure
+from audit.actors import Actor
+from loop.models import Frame
+from skald.cases.services import case_create
+from skald.jobs.models import JobKind, ScheduledJob
+from skald.tasks import run_cron_job
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def operator_client(alice) -> Client:
+    client = Client()
+    client.force_login(alice)
+    return client
+
+
+def test_an_operator_schedules_a_cron_job_and_sees_its_runs(operator_client, agents, script, alice):
+    page = operator_client.get("/admin/skald/scheduledjob/add/")
+    assert page.status_code == 200 and "log-analyst" in page.content.decode()
+    refused = operator_client.post("/admin/skald/scheduledjob/add/", {"agent": "log-analyst", "task": "nightly",
+                                                                     "cron": "every night", "source": "web",
+                                                                     **inline_management(0)})
+    assert refused.status_code == 200 and "is not a cron expression" in refused.content.decode()
+    assert not ScheduledJob.objects.exists()
+
+    created = operator_client.post("/admin/skald/scheduledjob/add/", {"agent": "log-analyst", "task": "nightly",
+                                                                     "cron": "0 3 * * *", "source": "web",
+                                                                     **inline_management(0)})
+    assert created.status_code == 302, created.content.decode()[-2000:]
+    job = ScheduledJob.objects.get()
+    assert job.kind == JobKind.CRON and job.owner_id == alice.pk and Schedule.objects.get(pk=job.schedule_id)
+
+    script(text_turn_for("nothing unusual"))
+    assert run_cron_job(job.pk) == "succeeded"
+    listing = operator_client.get("/admin/skald/scheduledjob/").content.decode()
+    assert "#1 succeeded" in listing and "0 3 * * *" in listing
+    detail = operator_client.get(f"/admin/skald/scheduledjob/{job.pk}/change/").content.decode()
+    assert "succeeded" in detail and "Next run" in detail
+
+    edited = operator_client.post(f"/admin/skald/scheduledjob/{job.pk}/change/",
+                                  {"task": "nightly, earlier", "cron": "0 2 * * *", **inline_management(1),
+                                   "runs-0-id": str(job.runs.get().pk), "runs-0-job": str(job.pk)})
+    assert edited.status_code == 302, edited.content.decode()[-2000:]
+    job.refresh_from_db()
+    assert job.cron == "0 2 * * *" and Schedule.objects.get(pk=job.schedule_id).cron == "0 2 * * *"
+
+
+def inline_management(runs: int) -> dict[str, str]:
+    return {"runs-TOTAL_FORMS": str(runs), "runs-INITIAL_FORMS": str(runs), "runs-MIN_NUM_FORMS": "0",
+            "runs-MAX_NUM_FORMS": "0"}
+
+
+def text_turn_for(text: str):
+    from loop.providers.loopback import text_turn
+
+    return text_turn(text)
+
+
+def test_a_runs_page_shows_its_frame_tree(operator_client, agents, alice, settings, tmp_path):
+    settings.SKALD_SYNC_TASKS = True
+    settings.SKALD_WORKSPACE_ROOT = tmp_path / "ws"
+    demo_rules_ensure()
+    from approvals.seed import default_rules_ensure
+    from skald.cases.runs import run_launch
+
+    default_rules_ensure()
+    demo_rules_ensure()
+    case = case_create(actor=Actor.system("test"), title="502s", logs=[("app.log", "FATAL pool exhausted")])
+    run, _ = run_launch(user=alice, case_id=case.pk, ticket="502s", launch_key="k")  # the demo playbook
+    child = Frame.objects.get(session_id=run.session_id, depth=1)
+    page = operator_client.get(f"/admin/skald/run/{run.pk}/change/").content.decode()
+    assert "Frame tree" in page and 'class="frame depth-1"' in page
+    assert f"<strong>{child.agent}</strong> depth 1" in page and "execute_task" in page and "read_logs" in page
