@@ -264,6 +264,7 @@ SPECTACULAR_SETTINGS = {
         {"name": "proposals", "description": "The review queue: proposals and their disposal."},
         {"name": "audit", "description": "The hash-chained audit log."},
         {"name": "inspect", "description": "The assembled services of an agent, for operators and auditors."},
+        {"name": "tasks", "description": "A source's async tasks: running ones and recent failures."},
     ],
     # Several components share field names ("status", "decision") over different choice sets.
     "ENUM_NAME_OVERRIDES": {

@@ -42,6 +42,11 @@ class TaskList(ListAPIView):
     permission_classes = [ANY_ROLE]
     serializer_class = TaskSerializer
 
+    @extend_schema(operation_id="task_list", summary="A source's running tasks and recent failures",
+                   responses={200: TaskSerializer(many=True), **error_responses()})
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
     def get_queryset(self) -> Any:
         if getattr(self, "swagger_fake_view", False):  # the schema generator has no caller
             return ScheduledJob.objects.none()
@@ -51,7 +56,8 @@ class TaskList(ListAPIView):
 class TaskCancel(APIView):
     permission_classes = [ANY_ROLE]
 
-    @extend_schema(request=None, responses={202: TaskSerializer,
+    @extend_schema(operation_id="task_cancel", summary="Cancel a running task",
+                   request=None, responses={202: TaskSerializer,
                                             **error_responses(_404="task_not_found", _409="job_not_active")})
     def post(self, request: Request, source: str, job_id: int) -> Response:
         job = selectors.task_get(user=caller(request), job_id=job_id)

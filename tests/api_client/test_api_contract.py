@@ -42,7 +42,7 @@ EXAMPLES_PER_MODE = examples(20)  # per operation and generation mode; a develop
 MALFORMED_IDS = ("null,null", "abc", "-1", "1.5", "%20")
 # Who calls each resource: the role that may, so answers are about input, not permission.
 CALLER_BY_TAG = {"sessions": "alice", "cases": "alice", "runs": "alice", "inspect": "alice", "approvals": "carol",
-                 "proposals": "bob", "audit": "dave", "auth": None}
+                 "proposals": "bob", "audit": "dave", "tasks": "alice", "auth": None}
 NOT_JSON = {
     "form": ("application/x-www-form-urlencoded", b"ticket=502s&title=502s"),
     "multipart": ("multipart/form-data; boundary=xyz",

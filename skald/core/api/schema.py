@@ -33,6 +33,7 @@ ROUTE_TAGS: tuple[tuple[str, str], ...] = (
     ("/api/proposals/", "proposals"),
     ("/api/audit/", "audit"),
     ("/api/inspect", "inspect"),
+    ("/api/{source}/tasks", "tasks"),
 )
 TAGS = frozenset(tag for _, tag in ROUTE_TAGS)
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
