@@ -110,7 +110,13 @@ def describe(event: SessionEvent, *, agent: str, user: str, names: Mapping[str, 
         return "system", "who-system", f"starting {p.get('name', '?')}", "", ""
     if kind == "control:tool_done":
         return "system", "who-system", f"recorded {p.get('name', p.get('key', '?'))}", "", ""
-    return "system", "who-system", kind, "", ""
+    if kind == "control:task_update":
+        status = str(p.get("status", ""))
+        delivered = " and its result was delivered" if p.get("delivered") else ""
+        text = f"async task #{p.get('job', '?')} ({p.get('agent', '?')}) is {status}{delivered}"
+        return "tasks", "who-system", text, status, f"status status-{status}"
+    # Any other internal row reads in words, never as its internal kind.
+    return "system", "who-system", kind.removeprefix("control:").replace("_", " "), "", ""
 
 
 def timeline_lines(events: Iterable[SessionEvent], *, agent: str, user: str,

@@ -238,12 +238,12 @@ content type is a 415). Every error body is `{"code", "message", "extra"}` with 
 each operation lists its codes per status. See `docs/calling-skald.md` in the repository.
 """
 
-from skald.tools.delegation_schemas import TOOL_ARGUMENT_SCHEMAS  # noqa: E402  (pure data)
+from skald.tools.delegation_schemas import openapi_components  # noqa: E402  (pure data)
 
 SPECTACULAR_SETTINGS = {
-    # The argument schemas of the delegation tools models are prompted with (docs/delegation.md).
-    # A deep copy: drf-spectacular rewrites enums in place, and the tools validate with the originals.
-    "APPEND_COMPONENTS": {"schemas": __import__("copy").deepcopy(TOOL_ARGUMENT_SCHEMAS)},
+    # The argument schemas of the delegation tools models are prompted with (docs/delegation.md),
+    # copies with their enums named (the tools validate with the originals).
+    "APPEND_COMPONENTS": {"schemas": openapi_components()},
     "TITLE": "Skald API",
     "DESCRIPTION": SPECTACULAR_DESCRIPTION,
     "VERSION": "0.1.0",

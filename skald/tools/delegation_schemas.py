@@ -54,3 +54,26 @@ TOOL_ARGUMENT_SCHEMAS: dict[str, dict[str, Any]] = {
     "ListAgentsArguments": LIST_AGENTS_SCHEMA,
     "CronArguments": CRON_SCHEMA,
 }
+
+
+def openapi_components() -> dict[str, dict[str, Any]]:
+    """The argument schemas as OpenAPI components, their enums as named components of their own.
+
+    drf-spectacular would extract the enums of appended components itself, into references that
+    client generators cannot resolve; naming them here keeps /api/schema/ generator-clean. The
+    tools keep validating with the originals above.
+    """
+    components: dict[str, dict[str, Any]] = {}
+    for name, schema in TOOL_ARGUMENT_SCHEMAS.items():
+        properties: dict[str, Any] = {}
+        for field, spec in schema["properties"].items():
+            if "enum" not in spec:
+                properties[field] = dict(spec)
+                continue
+            enum_name = f"{name.removesuffix('Arguments')}{field.title()}"
+            components[enum_name] = {"type": spec["type"], "enum": list(spec["enum"])}
+            wrapped: dict[str, Any] = {"allOf": [{"$ref": f"#/components/schemas/{enum_name}"}]}
+            wrapped.update({key: spec[key] for key in ("default", "description") if key in spec})
+            properties[field] = wrapped
+        components[name] = {**schema, "properties": properties}
+    return components
