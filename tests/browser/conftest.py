@@ -132,13 +132,14 @@ class Admin:
     def text(self, css: str) -> str:
         return self.find(css).text
 
-    def wait_text(self, css: str, text: str, *, what: str = "") -> None:
-        """Wait until ``css`` shows ``text`` (case-insensitive: the admin upper-cases some labels)."""
+    def wait_text(self, css: str, text: str, *, what: str = "", timeout: float = WAIT) -> None:
+        """Wait until ``css`` shows ``text`` (case-insensitive: the admin upper-cases some labels).
+        ``timeout`` is a hang guard, never an assertion: work a worker drives gets a longer one."""
 
         def shown(driver: webdriver.Chrome) -> bool:
             return any(text.lower() in element.text.lower() for element in driver.find_elements(By.CSS_SELECTOR, css))
 
-        WebDriverWait(self.driver, WAIT, ignored_exceptions=[StaleElementReferenceException]).until(
+        WebDriverWait(self.driver, timeout, ignored_exceptions=[StaleElementReferenceException]).until(
             shown, f"waiting for {what or repr(text)} in {css} on {self.driver.current_url}")
 
     def reload_until(self, check: Callable[[], Any], *, timeout: float, what: str) -> Any:

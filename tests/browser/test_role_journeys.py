@@ -23,7 +23,8 @@ from tests.e2e.stack import Stack, wait_for
 # One stack, tests in order: under pytest-xdist the module stays on one worker (--dist loadgroup).
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.xdist_group("role-journeys")]
 
-RUN_TIMEOUT = 30.0
+RUN_TIMEOUT = 90.0  # hang guards for steps a worker drives, never time assertions
+WORKER_WAIT = 120.0  # a hang guard for steps a qcluster worker drives, not a time assertion
 SECOND_TICKET = "Checkout 502s again for EU customers after the 11:00 deploy."
 
 
@@ -105,7 +106,9 @@ def test_the_approver_decides_with_context_and_lands_on_the_next_item(admin: Adm
 
 def test_the_reviewer_accepts_the_runs_proposal(admin: Admin, stack: Stack) -> None:
     admin.login("reviewer")
-    admin.wait_text("#panel-proposals", "Troubleshooting finding")  # the home refreshes itself
+    # The approved calls run on a worker, the run completes and its proposal is captured; the home
+    # refreshes itself. A loaded machine may take a while: wait as long as the worker needs.
+    admin.wait_text("#panel-proposals", "Troubleshooting finding", timeout=WORKER_WAIT)
     admin.screenshot("reviewer-home")
     admin.driver.find_element(By.CSS_SELECTOR, "#panel-proposals tbody a").click()
     admin.wait_text(".field-status", "pending")
