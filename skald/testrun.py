@@ -67,8 +67,13 @@ def main() -> int:
 
     if _run("mypy", [str(BIN / "mypy"), "loop", "skald", "approvals", "proposals", "audit"], _env()) != 0:
         failures.append("mypy")
-    if _run("pytest on SQLite", [sys.executable, "-m", "pytest", *PARALLEL, *extra_args], _env()) != 0:
+    if _run("pytest on SQLite", [sys.executable, "-m", "pytest", *PARALLEL, "-m", "not browser", *extra_args],
+            _env()) != 0:
         failures.append("pytest on SQLite")
+    # The browser journeys share one stack per module and run in order: one process, after the rest.
+    if _run("browser tests (headless Chromium)", [sys.executable, "-m", "pytest", "-n", "0", "-m", "browser",
+                                                  *extra_args], _env()) != 0:
+        failures.append("browser tests")
 
     if database_url.startswith(("postgres://", "postgresql://")):
         problem = _postgres_reachable(database_url)
