@@ -14,8 +14,8 @@ from loop.driver import run_turns_keyed
 from loop.models import Exchange, ToolCall, ToolCallStatus
 from loop.outcomes import Canceled
 from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
+from loop.store import Store
 from loop.watch import StopWatcher
-from skald.loop_adapters.store import kernel_store
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
 
@@ -30,20 +30,33 @@ def wait_until(probe: Any, what: str, timeout: float = 20.0) -> Any:
     raise AssertionError(f"timed out waiting until {what}")
 
 
-def _watcher_backend() -> int | None:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
-            "AND query LIKE %s", ['SELECT 1 AS%"cancel_requested_at" IS NOT NULL%'])
-        row = cursor.fetchone()
-    return row[0] if row else None
+def _record_watcher_backends(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The server backends the stop watcher's thread polls on, as that thread reports them.
+
+    Looking the backend up in ``pg_stat_activity`` by its last query is ambiguous: the driver's
+    own admission check runs the same query, so the test could terminate the wrong backend.
+    """
+    backends: list[int] = []
+    poll = store.cancel_requested
+
+    def reporting_poll(exchange_id: int) -> bool:
+        if threading.current_thread().name.startswith("stop-watch:"):
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                backends.append(cursor.fetchone()[0])
+        return poll(exchange_id)
+
+    monkeypatch.setattr(store, "cancel_requested", reporting_poll)
+    return backends
 
 
-def test_the_watcher_outlives_a_terminated_backend_and_still_sees_the_stop(make_env, session) -> None:
+def test_the_watcher_outlives_a_terminated_backend_and_still_sees_the_stop(make_env, session, store,
+                                                                          monkeypatch) -> None:
     if connection.vendor != "postgresql":
         pytest.skip("terminating one backend of several needs PostgreSQL (SQLite has no server backends)")
     provider = LoopbackProvider([tool_turn(("nap", {"seconds": 60})), text_turn("done")])
     env = make_env(provider, cancel_poll_interval=0.05)
+    backends = _record_watcher_backends(store, monkeypatch)
     box: dict[str, Any] = {}
 
     def drive() -> None:
@@ -57,13 +70,14 @@ def test_the_watcher_outlives_a_terminated_backend_and_still_sees_the_stop(make_
     worker.start()
     wait_until(lambda: ToolCall.objects.filter(session=session, status=ToolCallStatus.RUNNING).exists(),
                "the nap runs")
-    backend = wait_until(_watcher_backend, "the watcher has polled")
+    wait_until(lambda: backends, "the watcher has polled")
+    backend = backends[-1]
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(%s)", [backend])
     wait_until(lambda: StopWatcher.transient_errors > errors_before, "the watcher met the terminated backend")
 
     exchange = Exchange.objects.get(session=session)
-    assert kernel_store().request_cancel(exchange.pk, principal="user:1")
+    assert store.request_cancel(exchange.pk, principal="user:1")
     worker.join(60)
 
     assert not worker.is_alive()
