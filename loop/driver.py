@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from loop.admission import InputRefused, admit_exchange, run_hook
 from loop.budgets import BudgetRefused, DispatchAuthority
 from loop.cancellation import CancelToken
+from loop.compaction.cycle import QUOTA_REASON, CycleEnv, EpisodeState, run_cycle
 from loop.dispatch import DispatchCanceled, dispatch
 from loop.env import LoopEnv
 from loop.errors import ClaimRefused, LoopError, ProviderError
@@ -201,6 +202,7 @@ class _Drive:
     token: CancelToken
     specs: tuple[ToolSpec, ...]
     approved: frozenset[int] = frozenset()
+    episode: EpisodeState = field(default_factory=EpisodeState)
 
     @classmethod
     def start(cls, env: LoopEnv, exchange: Exchange, token: CancelToken, approved: frozenset[int] = frozenset()
@@ -213,13 +215,21 @@ class _Drive:
         return cls(env, exchange, env.store.root_frame(exchange), authority, token, specs, approved)
 
     def model_turn(self, turn: int) -> AssembledTurn | TerminalOutcome:
-        """Context, then one provider call through the dispatch seam: the turn, or why there is none."""
+        """Compaction at the idle boundary, context, then one provider call through the dispatch
+        seam: the turn, or why there is none."""
         env, exchange = self.env, self.exchange
-        messages, size = env.context.window(env.store, exchange.session_id, narrative=env.narrative,
-                                            cap=env.bounds.replay_cap)
-        request = ProviderRequest(system=env.agent.system_prompt, messages=messages, tools=self.specs,
-                                  metadata={"session": exchange.session_id, "exchange": exchange.number, "turn": turn})
         try:
+            cycle = run_cycle(self._cycle_env(), exchange, self.episode, authority=self.authority, cancel=self.token)
+            if cycle.status == "quota_exhausted":
+                return BudgetExceeded(QUOTA_REASON)
+            if cycle.view is not None:
+                messages, size = cycle.view.messages, cycle.view.size
+            else:  # a compaction was just committed: the window restarts at it
+                messages, size = env.context.window(env.store, exchange.session_id, narrative=env.narrative,
+                                                    cap=env.bounds.replay_cap)
+            request = ProviderRequest(system=env.agent.system_prompt, messages=messages, tools=self.specs,
+                                      metadata={"session": exchange.session_id, "exchange": exchange.number,
+                                                "turn": turn})
             return dispatch(env.provider, request, authority=self.authority, cancel=self.token,
                             request_cap=env.bounds.request_cap, on_text=self._live_text(turn), messages_size=size)
         except BudgetRefused as exc:
@@ -258,9 +268,21 @@ class _Drive:
         """Settle with the authority's spend saved in the same transaction."""
         ledger = Ledger(self.authority.spent_tokens, self.authority.accounting_incomplete)
         failpoint("loop.before_settle")
-        self.env.store.settle(self.exchange, outcome, principal=self.env.principal, ledger=ledger)
+        if self.episode.exhausted:  # past the compaction quota: loudly, with a named row
+            self.env.store.stop_at_quota(
+                self.exchange, outcome, principal=self.env.principal, ledger=ledger, narrative=self.env.narrative,
+                payload={"name": QUOTA_REASON, "compactions": self.episode.compactions,
+                         "max_per_episode": self.env.compaction.max_per_episode})
+        else:
+            self.env.store.settle(self.exchange, outcome, principal=self.env.principal, ledger=ledger)
         failpoint("loop.after_settle")
         return outcome
+
+    def _cycle_env(self) -> CycleEnv:
+        env = self.env
+        return CycleEnv(store=env.store, provider=env.provider, context=env.context, hooks=env.hooks,
+                        policy=env.compaction, narrative=env.narrative, principal=env.principal, agent=env.agent.name,
+                        replay_cap=env.bounds.replay_cap, request_cap=env.bounds.request_cap)
 
     def _live_text(self, turn: int) -> Callable[[str], None]:
         bus, session_id, exchange_id = self.env.bus, self.exchange.session_id, self.exchange.pk

@@ -27,6 +27,7 @@ class EventKind(StrEnum):
     EXCHANGE_PARKED = "control:exchange_parked"
     HANDOFF = "control:handoff"
     COMPACTION_PROBE = "control:compaction_probe"
+    COMPACTION_QUOTA = "control:compaction_quota"
     NOTE = "control:note"
 
 

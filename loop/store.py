@@ -29,6 +29,7 @@ from loop.projection import EventRow
 from loop.sql import events as event_rows
 from loop.sql import exchanges as rows
 from loop.store_calls import CallLog, ParsedCall, parse_arguments, parsed_from_row
+from loop.store_compaction import CompactionLog
 from loop.store_exchanges import Admission, ExchangeLog, Ledger
 from loop.store_work import WorkLog
 
@@ -74,6 +75,11 @@ class Store:
         self.awaiting_calls = self.calls.awaiting_calls
         self.calls_in = self.calls.calls_in
         self.call = self.calls.call
+        # Compactions (SPEC L14): the window they start, the episode's count and latch, the commit.
+        self.replay_window = self.compactions.replay_window
+        self.compaction_episode = self.compactions.episode
+        self.commit_compaction = self.compactions.commit
+        self.stop_at_quota = self.compactions.stop_at_quota
 
     @property
     def payload_cap(self) -> int:

@@ -4,6 +4,9 @@ It follows an agent's playbook (data, editable in the admin): one step per provi
 latest user message. A step is ``{"tool": name, "args": {...}}`` or ``{"answer": text}``. Strings
 may hold ``{input}`` (the latest user message), ``{last_result}`` and ``{results}`` (tool results
 since that message). It drives real tools, so the demo shows real turns, calls and approvals.
+
+Asked to compact (a request from :func:`loop.compaction.prompt.summary_request`), it writes a
+deterministic extractive summary, so compaction runs without a network too.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from loop.cancellation import CancelToken
+from loop.compaction.extractive import extractive_summary
+from loop.compaction.prompt import is_summary_request
 from loop.errors import ProviderError
 from loop.providers.base import (
     AssistantMessage,
@@ -48,8 +53,13 @@ class PlaybookProvider:
     def stream(self, request: ProviderRequest, *, cancel: CancelToken) -> Iterator[Delta]:
         if cancel.cancelled:
             raise ProviderError("canceled", code="provider_canceled")
-        step_index, variables = self._position(request)
-        deltas = self._step(step_index, variables)
+        if is_summary_request(request):
+            transcript = request.messages[0].content if request.messages else ""
+            deltas: list[Delta] = [TextDelta(extractive_summary(transcript,
+                                                                max_tokens=request.max_output_tokens or 2_000))]
+        else:
+            step_index, variables = self._position(request)
+            deltas = self._step(step_index, variables)
         usage_in = sum(len(m.content) for m in request.messages) // 4 + len(request.system) // 4
         usage_out = sum(len(getattr(d, "text", "") or getattr(d, "arguments", "")) for d in deltas) // 4 + 1
         return iter([*deltas, UsageDelta(usage_in, usage_out), MessageEnd(self._finish(deltas))])
