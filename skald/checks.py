@@ -74,3 +74,15 @@ def check_exec_allowlist(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     if bad:
         return [Error("BRAIN_ENGINE_EXEC_ALLOWLIST holds program names or paths only.", id="skald.E004")]
     return []
+
+
+@register()
+def check_compaction_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    from loop.compaction.policy import CompactionPolicy
+    from loop.errors import HarnessError
+
+    try:
+        CompactionPolicy().override(settings.SKALD_COMPACTION)
+    except HarnessError as exc:
+        return [Error(f"SKALD_COMPACTION is invalid: {exc}", id="skald.E005")]
+    return []

@@ -9,6 +9,7 @@ from typing import Any
 from django.conf import settings
 
 from loop.bounds import Bounds
+from loop.compaction.policy import CompactionPolicy
 from loop.driver import LoopEnv
 from loop.errors import HarnessError
 from loop.hooks import LoopHooks
@@ -74,6 +75,10 @@ def deployment_bounds() -> Bounds:
     return Bounds().override(settings.SKALD_LOOP_BOUNDS)
 
 
+def deployment_compaction() -> CompactionPolicy:
+    return CompactionPolicy().override(settings.SKALD_COMPACTION)
+
+
 def session_extras(session: Session) -> dict[str, Any]:
     """What a session's tools may know about its run: the case (``read_logs``) and the run."""
     run = Run.objects.filter(session_id=session.pk).values("pk", "case_id").first()
@@ -92,4 +97,5 @@ def build_env(session: Session, *, exchange_id: int = 0, hooks: LoopHooks | None
         store=kernel_store(), provider=provider_for(agent), tools=plugins.sockets.tools.subset(agent.tools),
         gate=default_gate(), agent=agent, scope=scope, bus=ChannelsBus(), bounds=bounds,
         hooks=hooks or audited_hooks(), discovery=KnownToolRecorder(), calls_canceled=plugins.notify_calls_cancelled,
+        compaction=deployment_compaction(),
     )
