@@ -6,7 +6,9 @@ For one session, recomputed from stored columns only — no provider is built or
 * **receipts** — each settled exchange's receipt is rebuilt with :func:`loop.outcomes.build_receipt`
   over its events as stored now and compared field by field;
 * **projection** — each narrative's conversation rows project without a refusal, one window per
-  compaction (rows of a still open or parked exchange are left out: their tool group may be open).
+  compaction (rows of a still open or parked exchange are left out: their tool group may be open);
+* **compactions** — manifests, probe reports and the windows around each compaction are recomputed
+  (:mod:`loop.compaction.verify`).
 
 The product cross-checks these rows against its audit log (`skald.crosscheck`); the kernel knows
 nothing of that log.
@@ -19,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from loop.compaction.verify import compaction_mismatches
+from loop.context import mask_for_provider
 from loop.events import CONVERSATION_KINDS, EventKind
 from loop.models import Exchange, ExchangeStatus
 from loop.outcomes import build_receipt
@@ -84,6 +88,8 @@ def verify_rows(rows: SessionRows) -> list[Finding]:
         *numbering_mismatches(rows.exchanges, exchange_count=rows.exchange_count),
         *receipt_mismatches(rows.exchanges, rows.events),
         *projection_mismatches(rows.exchanges, rows.events),
+        *compaction_mismatches(rows.events, mask=mask_for_provider,
+                               skip_exchanges={e.pk for e in rows.exchanges if e.status in _ACTIVE}),
     ]
 
 

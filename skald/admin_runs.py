@@ -80,6 +80,18 @@ def _summary(event: SessionEvent) -> str:
     return json.dumps(payload, ensure_ascii=False)[:600]
 
 
+def compaction_detail(event: SessionEvent) -> dict[str, Any] | None:
+    """What the timeline shows for a compaction, its probe report or a quota stop (SPEC L14)."""
+    payload = event.payload or {}
+    if event.kind == "compaction":
+        return {"type": "compaction", "summary": payload.get("summary", ""), **payload.get("manifest", {})}
+    if event.kind == "control:compaction_probe":
+        return {"type": "probe", **payload}
+    if event.kind == "control:compaction_quota":
+        return {"type": "quota", **payload}
+    return None
+
+
 RUN_FIELDS = ("case", "session", "ticket", "launched_by", "status", "outcome", "handoff_question", "closed_by_human",
               "created_at", "finished_at", "receipt_view", "approvals_view", "proposals_view", "timeline")
 
@@ -123,7 +135,7 @@ class RunAdmin(ReadOnlyAdmin):
     def timeline(self, run: Run) -> SafeString:
         events = SessionEvent.objects.filter(session_id=run.session_id).order_by("seq")[:TIMELINE_LIMIT]
         rows = [{"seq": e.seq, "kind": e.kind, "css": e.kind.replace(":", "-"), "summary": _summary(e),
-                 "at": e.created_at} for e in events]
+                 "compaction": compaction_detail(e), "at": e.created_at} for e in events]
         return mark_safe(render_to_string("admin/skald/run_timeline.html", {"events": rows}))  # noqa: S308
 
     @admin.action(description="Stop selected runs")

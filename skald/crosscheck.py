@@ -36,6 +36,7 @@ from skald.models import Run
 # Audit rows that name a session event by ``seq``.
 _EVENT_AUDIT_KINDS = (
     AuditKind.EXCHANGE_ADMITTED, AuditKind.TURN_ENDED, AuditKind.TOOL_CALL_TRANSITION, AuditKind.EVENT_APPENDED,
+    AuditKind.COMPACTION_COMMITTED, AuditKind.COMPACTION_PROBED,
 )  # fmt: skip
 
 

@@ -105,6 +105,7 @@ class ProbeReport:
                        for p, before, after in zip(self.probes, self.pre, self.post, strict=True)],
             "pre_hits": self.pre_hits, "post_hits": self.post_hits, "lost_permille": self.lost_permille,
             "result": self.result, "degraded": self.degraded, "latched": self.degraded,
+            "latch_permille": self.latch_permille,
         }
 
 
