@@ -41,6 +41,7 @@ SYSTEM_PROMPT = (
     "Do not invent anything that is not in the transcript. Write plain text, no preamble."
 )
 MUST_KEEP = "MUST KEEP"
+INTENT = "intent: "
 TRANSCRIPT = "TRANSCRIPT"
 _SALIENT_LINE = re.compile(r"error|exception|fail|fatal|warn|denied|refused|timeout|traceback|exit (?:code|status)",
                            re.IGNORECASE)
@@ -81,7 +82,7 @@ def render_transcript(messages: Sequence[Message], *, clear_over: int) -> Transc
     """The covered messages as the summariser reads them."""
     intent, decisions, questions = retained(messages)
     keep = [f"{MUST_KEEP}:"]
-    keep += [f"- intent: {line}" for line in intent]
+    keep += [f"- {INTENT}{line}" for line in intent]
     keep += [f"- decision: {line}" for line in decisions]
     keep += [f"- open question: {line}" for line in questions]
     lines = ["", f"{TRANSCRIPT}:"]

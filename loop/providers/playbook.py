@@ -17,13 +17,15 @@ from typing import Any
 
 from loop.cancellation import CancelToken
 from loop.compaction.extractive import extractive_summary
-from loop.compaction.prompt import is_summary_request
+from loop.compaction.prompt import INTENT, is_summary_request
 from loop.errors import ProviderError
 from loop.providers.base import (
     AssistantMessage,
     Delta,
+    Message,
     MessageEnd,
     ProviderRequest,
+    SummaryMessage,
     TextDelta,
     ToolCallDelta,
     ToolResultMessage,
@@ -42,6 +44,13 @@ def _render(value: Any, variables: Mapping[str, str]) -> Any:
     if isinstance(value, dict):
         return {key: _render(item, variables) for key, item in value.items()}
     return value
+
+
+def _intent(messages: Sequence[Message]) -> str:
+    """The user's request as a compaction summary kept it (its last ``intent:`` line)."""
+    summary = next((m.content for m in messages if isinstance(m, SummaryMessage) and m.kind == "compaction"), "")
+    intents = [line[len(INTENT):] for line in summary.splitlines() if line.startswith(INTENT)]
+    return intents[-1] if intents else ""
 
 
 class PlaybookProvider:
@@ -73,8 +82,12 @@ class PlaybookProvider:
         last_user = max((i for i, m in enumerate(request.messages) if isinstance(m, UserMessage)), default=-1)
         after = request.messages[last_user + 1:]
         steps_done = sum(1 for m in after if isinstance(m, AssistantMessage))
+        turn = request.metadata.get("turn")
+        if last_user < 0 and isinstance(turn, int):
+            # A compaction summarised this exchange's start: the driver's turn number says where we are.
+            steps_done = turn - 1
         results = [m.content for m in after if isinstance(m, ToolResultMessage)]
-        user_text = request.messages[last_user].content if last_user >= 0 else ""
+        user_text = request.messages[last_user].content if last_user >= 0 else _intent(request.messages)
         variables = {
             "input": user_text,
             "last_result": results[-1] if results else "",

@@ -37,6 +37,26 @@
     return card;
   }
 
+  // A compaction is shown inline where it happened: what it covered, its summary, then its probe score.
+  function compactionMarker(event) {
+    const p = event.payload || {};
+    const box = el("div", "compaction-marker");
+    if (event.kind === "compaction") {
+      const m = p.manifest || {};
+      box.appendChild(el("strong", "", `Compacted seq ${m.first_seq}–${m.last_seq} (${m.count} rows, ${m.covered_tokens} tokens); verbatim from seq ${m.tail_first_seq}`));
+      const details = el("details");
+      details.appendChild(el("summary", "", "summary"));
+      details.appendChild(el("pre", "", p.summary));
+      box.appendChild(details);
+    } else if (event.kind === "control:compaction_probe") {
+      box.appendChild(el("span", "probe", `probe: ${p.lost_permille}‰ lost (${p.result}; ${p.post_hits} of ${p.pre_hits} kept)`));
+      if (p.latched) box.appendChild(el("span", "latch", " — latched: no further compaction this episode"));
+    } else {
+      box.appendChild(el("strong", "latch", `stopped: compaction quota reached (${p.compactions} of ${p.max_per_episode})`));
+    }
+    return box;
+  }
+
   function show(event) {
     if (event.seq) lastSeq = Math.max(lastSeq, event.seq);
     const p = event.payload || {};
@@ -51,6 +71,9 @@
       li.appendChild(el("span", "assistant", p.content + (p.tool_calls || []).map((c) => `\n→ ${c.name}(${c.arguments})`).join("")));
     } else if (event.kind === "tool_result") li.appendChild(el("span", "tool", `[${p.status}] ${p.name}: ${p.content}`));
     else if (event.kind === "control:approval_requested") li.appendChild(approvalCard(event));
+    else if (event.type === "compaction" || event.type === "compaction.probe" || event.type === "compaction.quota") {
+      li.className = "compaction"; li.appendChild(compactionMarker(event));
+    }
     else li.appendChild(el("span", "tool", JSON.stringify(p)));
     $("events").appendChild(li);
     if (event.kind === "control:exchange_settled") $("status").textContent = `exchange ended: ${p.outcome}`;

@@ -83,3 +83,12 @@ def test_what_clearing_drops_the_probes_score_as_lost():
     report = score(draw_probes(texts), before="\n".join(texts), summary=extractive_summary(transcript.text))
     lost = [p["text"] for p in report.as_payload()["probes"] if p["pre"] and not p["post"]]
     assert lost == ["sha_9f3c2a7b1d"] and report.result == "ok" and report.lost_permille == 100
+
+
+def test_the_playbook_continues_when_its_exchange_start_was_summarised():
+    provider = PlaybookProvider([{"tool": "echo", "args": {"text": "{input}"}}, {"answer": "step two for {input}"}])
+    summary = SummaryMessage(kind="compaction", content="Summary.\nintent: restart shop-api on web-3\nFacts: web-3")
+    request = summary_request(render_transcript([], clear_over=100), max_output_tokens=100, metadata={})
+    request = type(request)(system="s", messages=(summary,), metadata={"turn": 2})
+    turn = fold_deltas(provider.stream(request, cancel=CancelToken()))
+    assert turn.text == "step two for restart shop-api on web-3"
