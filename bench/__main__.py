@@ -1,4 +1,6 @@
-"""``make bench``: :mod:`bench.kernel` on a fresh SQLite file, then on a fresh PostgreSQL database.
+"""``make bench``: :mod:`bench.kernel` on a fresh SQLite file, then on a fresh PostgreSQL database;
+then :mod:`bench.compaction` (a 2,000-turn session: request size and per-turn cost at turns 1, 500,
+1,000 and 2,000) on each.
 
 Each run is a fresh process with a hermetic environment (no ``SKALD_*``/``DATABASE_URL`` from the
 shell), so the two databases are measured under the same code and settings. Targets are reported
@@ -22,6 +24,7 @@ from bench.kernel import EDGE, TARGET_GROWTH, TARGET_MEDIAN_MS, TURNS, Result, m
 BASE_DIR = Path(__file__).resolve().parent.parent
 POSTGRES_URL = os.environ.get("BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/skald_bench")
 RUN_TIMEOUT_S = 150
+COMPACTION_TIMEOUT_S = 900
 # Variables that would make a run depend on the developer's shell (as in skald.testrun).
 _HERMETIC_PREFIXES = ("BRAIN_GDL_PROVIDER_", "SKALD_", "REDIS_URL", "DATABASE_URL", "BRAIN_ENGINE_")
 
@@ -70,6 +73,17 @@ def run_kernel(title: str, env: dict[str, str], result_file: Path) -> Result | s
     if completed.returncode != 0 or not result_file.exists():
         return f"failed with exit status {completed.returncode}"
     return Result(**json.loads(result_file.read_text(encoding="utf-8")))
+
+
+def run_compaction(title: str, env: dict[str, str]) -> str:
+    """One :mod:`bench.compaction` process; its report streams through. Returns an error or ""."""
+    print(f"\n=== Compaction, 2,000 turns: {title} ===", flush=True)
+    try:
+        completed = subprocess.run([sys.executable, "-m", "bench.compaction"], cwd=BASE_DIR, env=env,
+                                   timeout=COMPACTION_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return f"timed out after {COMPACTION_TIMEOUT_S} s"
+    return "" if completed.returncode == 0 else f"failed with exit status {completed.returncode}"
 
 
 def summary(results: dict[str, Result | str]) -> str:
@@ -133,9 +147,14 @@ def main() -> int:
             results["PostgreSQL"] = run_kernel(f"PostgreSQL ({POSTGRES_URL}, recreated)",
                                                _env(Path(tmp) / "postgres", POSTGRES_URL),
                                                Path(tmp) / "postgres.json")
+        compaction = {"SQLite": run_compaction("SQLite (fresh file, WAL)", _env(Path(tmp) / "c-sqlite"))}
+        if not isinstance(results["PostgreSQL"], str) and not recreate_postgres_database(POSTGRES_URL):
+            compaction["PostgreSQL"] = run_compaction(f"PostgreSQL ({POSTGRES_URL}, recreated)",
+                                                      _env(Path(tmp) / "c-postgres", POSTGRES_URL))
     print(f"\n=== Summary ({time.perf_counter() - started:.0f} s) ===", flush=True)
     print(summary(results), flush=True)
     failed = [name for name, value in results.items() if isinstance(value, str) and not value.startswith("unreachable")]
+    failed += [f"compaction on {name}" for name, problem in compaction.items() if problem]
     return 1 if failed else 0
 
 
