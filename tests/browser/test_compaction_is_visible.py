@@ -58,7 +58,7 @@ def test_the_admin_timeline_and_the_console_show_each_compaction(chromium, compa
 
     entries, probes = admin.reload_until(compaction_entries, timeout=RUN_TIMEOUT, what="a compaction in the timeline")
     first = entries[0].text
-    assert "Compaction #1" in first and "covered seq 1–" in first and "verbatim tail from seq" in first
+    assert "Compaction #1" in first and "covered seq 1\u2013" in first and "verbatim tail from seq" in first
     assert "Summary of the earlier conversation" in first and "OPS-4412" in first  # the ticket's intent kept
     assert re.search(r"Probe score: \d+‰ lost", probes[0].text)
     admin.screenshot("run-timeline-compaction")

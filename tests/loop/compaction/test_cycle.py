@@ -152,6 +152,37 @@ def test_a_retried_commit_writes_nothing_new(make_env, session):
     again = kernel_store().commit_compaction(
         exchange=exchange, narrative="", summary=row.payload["summary"], manifest=row.payload["manifest"],
         report={k: v for k, v in probe.payload.items() if k != "compaction_seq"}, usage=(1, 1), spent_tokens=0,
-        accounting_incomplete=False, principal="test")
+        accounting_incomplete=False, principal="agent:helper")
     assert (again.seq, again.probe_seq, again.replayed) == (row.seq, probe.seq, True)
     assert SessionEvent.objects.filter(session=session).count() == count
+
+
+def test_a_sub_agent_compacts_its_own_narrative_never_the_parents(make_env, session):
+    from loop.budgets import DispatchAuthority
+    from loop.cancellation import CancelToken
+    from loop.compaction.cycle import CycleEnv, EpisodeState, run_cycle
+    from tests.loop.compaction.conftest import fact
+
+    env = make_env(scripted_model(), compaction=SMALL, context=ContextBuilder())
+    run_turns_keyed(env, request_key="parent", content="check 1")  # the parent's own short history
+    exchange = Exchange.objects.get(session=session)
+    child = "child:helper:"
+    store = kernel_store()
+    for n in range(12):  # a child's long narrative, written as the delegation branch's child loop would
+        store.append_event(session_id=session.pk, kind="user", payload={"content": fact(n), "author": ""},
+                           key=f"child-u{n}", principal="agent:helper", exchange_id=exchange.pk, narrative=child)
+        store.append_event(session_id=session.pk, kind="assistant", payload={"content": f"noted {n}", "turn": n + 1},
+                           key=f"child-a{n}", principal="agent:helper", exchange_id=exchange.pk, narrative=child)
+    cycle_env = CycleEnv(store=store, provider=env.provider, context=env.context, hooks=env.hooks, policy=SMALL,
+                         narrative=child, principal="agent:helper", agent="helper", replay_cap=500, request_cap=1 << 20)
+    parent_before = env.context.view(store, session.pk, narrative="", cap=500).messages
+    cycle = run_cycle(cycle_env, exchange, EpisodeState(), authority=DispatchAuthority(budget_tokens=None),
+                      cancel=CancelToken())
+    assert cycle.status == "compacted"
+    row = SessionEvent.objects.get(session=session, kind="compaction")
+    assert row.narrative == child and row.payload["manifest"]["first_seq"] > 0
+    probe = SessionEvent.objects.get(session=session, kind="control:compaction_probe")
+    assert probe.narrative == child
+    assert store.compaction_episode(exchange.pk, narrative="").compactions == 0  # the parent's quota untouched
+    assert env.context.view(store, session.pk, narrative="", cap=500).messages == parent_before
+    assert isinstance(env.context.view(store, session.pk, narrative=child, cap=500).messages[0], SummaryMessage)
