@@ -17,7 +17,7 @@ from typing import Any
 from loop.admission import InputRefused, admit_exchange, run_hook
 from loop.budgets import BudgetRefused, DispatchAuthority
 from loop.cancellation import CancelToken
-from loop.compaction.cycle import QUOTA_REASON, CycleEnv, EpisodeState, run_cycle
+from loop.compaction.cycle import QUOTA_REASON, EpisodeState, cycle_env, quota_row, run_cycle
 from loop.dispatch import DispatchCanceled, dispatch
 from loop.env import LoopEnv
 from loop.errors import ClaimRefused, LoopError, ProviderError
@@ -219,7 +219,7 @@ class _Drive:
         seam: the turn, or why there is none."""
         env, exchange = self.env, self.exchange
         try:
-            cycle = run_cycle(self._cycle_env(), exchange, self.episode, authority=self.authority, cancel=self.token)
+            cycle = run_cycle(cycle_env(env), exchange, self.episode, authority=self.authority, cancel=self.token)
             if cycle.status == "quota_exhausted":
                 return BudgetExceeded(QUOTA_REASON)
             if cycle.view is not None:
@@ -269,20 +269,12 @@ class _Drive:
         ledger = Ledger(self.authority.spent_tokens, self.authority.accounting_incomplete)
         failpoint("loop.before_settle")
         if self.episode.exhausted:  # past the compaction quota: loudly, with a named row
-            self.env.store.stop_at_quota(
-                self.exchange, outcome, principal=self.env.principal, ledger=ledger, narrative=self.env.narrative,
-                payload={"name": QUOTA_REASON, "compactions": self.episode.compactions,
-                         "max_per_episode": self.env.compaction.max_per_episode})
+            self.env.store.stop_at_quota(self.exchange, outcome, principal=self.env.principal, ledger=ledger,
+                                         narrative=self.env.narrative, payload=quota_row(self.episode, self.env))
         else:
             self.env.store.settle(self.exchange, outcome, principal=self.env.principal, ledger=ledger)
         failpoint("loop.after_settle")
         return outcome
-
-    def _cycle_env(self) -> CycleEnv:
-        env = self.env
-        return CycleEnv(store=env.store, provider=env.provider, context=env.context, hooks=env.hooks,
-                        policy=env.compaction, narrative=env.narrative, principal=env.principal, agent=env.agent.name,
-                        replay_cap=env.bounds.replay_cap, request_cap=env.bounds.request_cap)
 
     def _live_text(self, turn: int) -> Callable[[str], None]:
         bus, session_id, exchange_id = self.env.bus, self.exchange.session_id, self.exchange.pk

@@ -47,6 +47,7 @@ class Store:
         self.exchanges = ExchangeLog(self.journal, self.calls, lease_seconds=lease_seconds)
         self.work = WorkLog(self.journal)
         self.lease_seconds = lease_seconds
+        self.compactions = CompactionLog(self.journal, self.exchanges)
         # Exchanges: admission → claim → (park → reopen)* → settle | mark_broken.
         self.admit = self.exchanges.admit
         self.claim = self.exchanges.claim

@@ -15,7 +15,7 @@ compacts its own ``child:<name>:`` narrative and counts its own quota, never the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from loop.bounds import truncate_output
 from loop.budgets import DispatchAuthority
@@ -33,6 +33,9 @@ from loop.hooks import HookContext, HookPoint, LoopHooks
 from loop.models import Exchange
 from loop.providers.base import AssistantMessage, LlmProvider, Message
 from loop.store import Store
+
+if TYPE_CHECKING:
+    from loop.env import LoopEnv
 
 SUMMARY_CAP_BYTES = 32 * 1024
 QUOTA_REASON = "compaction_quota_exhausted"
@@ -74,6 +77,18 @@ class Cycle:
     view: WindowView | None = None
     seq: int | None = None
     report: ProbeReport | None = None
+
+
+def cycle_env(env: LoopEnv) -> CycleEnv:
+    """What a driver's :class:`~loop.env.LoopEnv` gives its compaction cycles."""
+    return CycleEnv(store=env.store, provider=env.provider, context=env.context, hooks=env.hooks,
+                    policy=env.compaction, narrative=env.narrative, principal=env.principal, agent=env.agent.name,
+                    replay_cap=env.bounds.replay_cap, request_cap=env.bounds.request_cap)
+
+
+def quota_row(state: EpisodeState, env: LoopEnv) -> dict[str, object]:
+    """The named session-log row of the loud stop past the quota."""
+    return {"name": QUOTA_REASON, "compactions": state.compactions, "max_per_episode": env.compaction.max_per_episode}
 
 
 def message_text(message: Message) -> str:

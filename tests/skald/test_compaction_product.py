@@ -12,6 +12,7 @@ from audit.models import AuditEvent
 from loop.hooks import Deny, HookPoint
 from loop.models import SessionEvent
 from skald.agents.seed import seed_agents
+from skald.crosscheck import replay_verify_session
 from skald.loop_adapters.hooks import audited_hooks
 from skald.loop_adapters.runtime import build_env
 from skald.models import Agent
@@ -60,6 +61,8 @@ def test_the_playbook_provider_compacts_a_long_session_and_metrics_count_it(alic
     assert rows[0].payload["summary"].startswith("Summary of the earlier conversation")
     assert AuditEvent.objects.filter(kind=AuditKind.COMPACTION_COMMITTED).count() == len(rows)
     assert AuditEvent.objects.filter(kind=AuditKind.COMPACTION_PROBED).count() == len(rows)
+    report = replay_verify_session(session_id=session.pk)  # the audit rows name each compaction row by digest
+    assert report.ok, report.mismatches
 
     samples = scrape(client)
     by_result = {r: samples[f'skald_compactions_total{{result="{r}"}}'] for r in ("ok", "no_signal", "degraded")}

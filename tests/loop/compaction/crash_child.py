@@ -15,10 +15,10 @@ django.setup()
 from loop.driver import LoopEnv, run_turns_keyed  # noqa: E402
 from loop.models import Session  # noqa: E402
 from loop.ports import AgentSpec, TurnScope  # noqa: E402
-from skald.loop_adapters.bus import ChannelsBus  # noqa: E402
-from skald.loop_adapters.store import kernel_store  # noqa: E402
+from loop.store import Store  # noqa: E402
 from tests.loop.compaction.conftest import SMALL, scripted_model  # noqa: E402
-from tests.loop.conftest import TEST_TOOLS, ScriptedGate  # noqa: E402
+from tests.loop.conftest import TEST_TOOLS  # noqa: E402
+from tests.loop.fakes import MemoryAuditSink, MemoryBus, ScriptedGate, SteppingClock  # noqa: E402
 
 
 def main(session_id: int, first: int, last: int) -> None:
@@ -26,8 +26,10 @@ def main(session_id: int, first: int, last: int) -> None:
     agent = AgentSpec(name="tester", kind="chat", system_prompt="You test.", tools=TEST_TOOLS.names(), client="")
     scope = TurnScope(session_id=session.pk, exchange_id=0, principal=f"user:{session.owner_id}",
                       user_id=session.owner_id, agent="tester", workspace=Path("/nonexistent"))
-    env = LoopEnv(store=kernel_store(), provider=scripted_model(), tools=TEST_TOOLS, gate=ScriptedGate(),
-                  agent=agent, scope=scope, bus=ChannelsBus(), compaction=SMALL)
+    bus = MemoryBus()
+    store = Store(audit=MemoryAuditSink(), clock=SteppingClock(), bus=bus)
+    env = LoopEnv(store=store, provider=scripted_model(), tools=TEST_TOOLS, gate=ScriptedGate(),
+                  agent=agent, scope=scope, bus=bus, compaction=SMALL)
     for number in range(first, last + 1):
         run_turns_keyed(env, request_key=f"k{number}", content=f"check {number}")
 

@@ -16,7 +16,6 @@ from loop.hooks import Allow, Deny, HookPoint, LoopHooks
 from loop.models import Exchange, SessionEvent
 from loop.outcomes import BudgetExceeded, Completed
 from loop.providers.base import SummaryMessage
-from skald.loop_adapters.store import kernel_store
 from tests.loop.compaction.conftest import SMALL, scripted_model
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
@@ -31,7 +30,7 @@ def probes(session_id: int) -> list[dict]:
                                                            kind="control:compaction_probe").order_by("seq")]
 
 
-def test_each_crossing_makes_exactly_one_compaction_and_the_window_is_summary_plus_tail(make_env, session):
+def test_each_crossing_makes_exactly_one_compaction_and_the_window_is_summary_plus_tail(make_env, session, store):
     provider = scripted_model()
     env = make_env(provider, compaction=SMALL, context=ContextBuilder())
     for number in range(1, 13):
@@ -63,17 +62,17 @@ def test_each_crossing_makes_exactly_one_compaction_and_the_window_is_summary_pl
             assert sum(message_tokens(m) for m in request.messages) <= bound
 
 
-def test_the_incremental_window_equals_a_fresh_one_after_compactions(make_env, session):
+def test_the_incremental_window_equals_a_fresh_one_after_compactions(make_env, session, store):
     env = make_env(scripted_model(), compaction=SMALL, context=ContextBuilder())
     for number in range(1, 10):
         run_turns_keyed(env, request_key=f"k{number}", content=f"check {number}")
         live = env.context.view(env.store, session.pk, narrative="", cap=500)
-        fresh = ContextBuilder().view(kernel_store(), session.pk, narrative="", cap=500)
+        fresh = ContextBuilder().view(store, session.pk, narrative="", cap=500)
         assert live.messages == fresh.messages and live.tokens == fresh.tokens
     assert compactions(session.pk)
 
 
-def test_rows_are_never_mutated_or_deleted(make_env, session):
+def test_rows_are_never_mutated_or_deleted(make_env, session, store):
     env = make_env(scripted_model(), compaction=SMALL)
     run_turns_keyed(env, request_key="k1", content="check 1")
     before = {e.seq: json.dumps(e.payload, sort_keys=True) for e in SessionEvent.objects.filter(session=session)}
@@ -83,7 +82,7 @@ def test_rows_are_never_mutated_or_deleted(make_env, session):
     assert compactions(session.pk) and all(after[seq] == body for seq, body in before.items())
 
 
-def test_a_degraded_compaction_latches_the_episode(make_env, session):
+def test_a_degraded_compaction_latches_the_episode(make_env, session, store):
     provider = scripted_model(lambda transcript: "Nothing of note happened.", rounds=12)
     env = make_env(provider, compaction=SMALL, bounds=Bounds(max_turns=20))
     assert isinstance(run_turns_keyed(env, request_key="long", content="check 1").outcome, Completed)
@@ -96,7 +95,7 @@ def test_a_degraded_compaction_latches_the_episode(make_env, session):
     assert len(probes(session.pk)) == 2
 
 
-def test_the_sixteen_cap_stops_loudly_with_a_named_row(make_env, session):
+def test_the_sixteen_cap_stops_loudly_with_a_named_row(make_env, session, store):
     policy = CompactionPolicy(threshold_tokens=300, keep_tokens=200, clear_tool_results_over=400,
                               summary_max_tokens=100, max_per_episode=2)
     assert CompactionPolicy().max_per_episode == 16
@@ -111,7 +110,7 @@ def test_the_sixteen_cap_stops_loudly_with_a_named_row(make_env, session):
     assert exchange.receipt["detail"] == {"reason": "compaction_quota_exhausted"}
 
 
-def test_the_hook_runs_only_when_a_cycle_is_pending_and_a_deny_skips_it_for_the_exchange(make_env, session):
+def test_the_hook_runs_only_when_a_cycle_is_pending_and_a_deny_skips_it_for_the_exchange(make_env, session, store):
     asked: list[dict] = []
     denies: list[str] = []
 
@@ -131,7 +130,7 @@ def test_the_hook_runs_only_when_a_cycle_is_pending_and_a_deny_skips_it_for_the_
     assert len(asked) >= 2 and len(compactions(session.pk)) == len(asked) - 1  # each allowed ask compacted
 
 
-def test_no_hook_is_asked_while_nothing_is_pending(make_env, session):
+def test_no_hook_is_asked_while_nothing_is_pending(make_env, session, store):
     asked: list[object] = []
     hooks = LoopHooks({HookPoint.BEFORE_COMPACTION: [lambda context: asked.append(context) or Allow()]})
     env = make_env(scripted_model(), compaction=CompactionPolicy(), hooks=hooks)
@@ -140,7 +139,7 @@ def test_no_hook_is_asked_while_nothing_is_pending(make_env, session):
     assert asked == [] and compactions(session.pk) == []
 
 
-def test_a_retried_commit_writes_nothing_new(make_env, session):
+def test_a_retried_commit_writes_nothing_new(make_env, session, store):
     env = make_env(scripted_model(), compaction=SMALL)
     for number in range(1, 6):
         run_turns_keyed(env, request_key=f"k{number}", content=f"check {number}")
@@ -149,7 +148,7 @@ def test_a_retried_commit_writes_nothing_new(make_env, session):
                                      payload__compaction_seq=row.seq)
     exchange = Exchange.objects.get(pk=row.exchange_id)
     count = SessionEvent.objects.filter(session=session).count()
-    again = kernel_store().commit_compaction(
+    again = store.commit_compaction(
         exchange=exchange, narrative="", summary=row.payload["summary"], manifest=row.payload["manifest"],
         report={k: v for k, v in probe.payload.items() if k != "compaction_seq"}, usage=(1, 1), spent_tokens=0,
         accounting_incomplete=False, principal="agent:helper")
@@ -157,7 +156,7 @@ def test_a_retried_commit_writes_nothing_new(make_env, session):
     assert SessionEvent.objects.filter(session=session).count() == count
 
 
-def test_a_sub_agent_compacts_its_own_narrative_never_the_parents(make_env, session):
+def test_a_sub_agent_compacts_its_own_narrative_never_the_parents(make_env, session, store):
     from loop.budgets import DispatchAuthority
     from loop.cancellation import CancelToken
     from loop.compaction.cycle import CycleEnv, EpisodeState, run_cycle
@@ -167,7 +166,6 @@ def test_a_sub_agent_compacts_its_own_narrative_never_the_parents(make_env, sess
     run_turns_keyed(env, request_key="parent", content="check 1")  # the parent's own short history
     exchange = Exchange.objects.get(session=session)
     child = "child:helper:"
-    store = kernel_store()
     for n in range(12):  # a child's long narrative, written as the delegation branch's child loop would
         store.append_event(session_id=session.pk, kind="user", payload={"content": fact(n), "author": ""},
                            key=f"child-u{n}", principal="agent:helper", exchange_id=exchange.pk, narrative=child)
