@@ -29,6 +29,8 @@ class AuditKind(models.IntegerChoices):
     FRAME_OPENED = 240, "loop.frame.opened"
     FRAME_CLOSED = 241, "loop.frame.closed"
     SCRATCHPAD_SET = 250, "loop.scratchpad.set"
+    COMPACTION_COMMITTED = 260, "loop.compaction.committed"
+    COMPACTION_PROBED = 261, "loop.compaction.probed"
     # 3xx tool calls
     TOOL_CALL_PLANNED = 300, "loop.tool_call.planned"
     TOOL_CALL_TRANSITION = 301, "loop.tool_call.transition"
@@ -62,6 +64,7 @@ class AuditKind(models.IntegerChoices):
     KNOWLEDGE_VERSIONED = 610, "proposals.knowledge.versioned"
     # 7xx policy
     HOOK_DENIED = 700, "policy.hook.denied"
+    HOOK_ERROR = 701, "policy.hook.error"
     BUDGET_ACCOUNTING_INCOMPLETE = 710, "policy.budget.accounting_incomplete"
     TRIPWIRE_REFUSED = 720, "policy.tripwire.refused"
 

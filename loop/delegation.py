@@ -114,8 +114,9 @@ class _ChildDrive(_Drive):
                                          outcome=outcome.name)
 
     def settle(self, outcome: TerminalOutcome) -> TerminalOutcome:
-        self.env.store.close_frame(self.frame, outcome=outcome.name, principal=self.env.principal,
-                                   exchange=self.exchange)
+        # A child past its own compaction quota closes its frame with the quota's named row.
+        self.ending(lambda: self.env.store.close_frame(self.frame, outcome=outcome.name, principal=self.env.principal,
+                                                       exchange=self.exchange))
         return outcome
 
     def park(self, result: RoundResult) -> RunOutcome | None:

@@ -10,6 +10,8 @@ For one session, recomputed from stored columns only — no provider is built or
 * **frames** — in a settled exchange every child frame is closed, was opened and closed in its own
   narrative, and left exactly one ``subagent_result`` for its parent (and none names a frame that
   does not exist).
+* **compactions** — manifests, probe reports and the windows around each compaction are recomputed
+  (:mod:`loop.compaction.verify`).
 
 The product cross-checks these rows against its audit log (`skald.crosscheck`); the kernel knows
 nothing of that log.
@@ -22,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from loop.compaction.verify import compaction_mismatches
+from loop.context import mask_for_provider
 from loop.events import CONVERSATION_KINDS, EventKind
 from loop.models import Exchange, ExchangeStatus, Frame, FrameStatus
 from loop.outcomes import build_receipt
@@ -91,6 +95,8 @@ def verify_rows(rows: SessionRows) -> list[Finding]:
         *receipt_mismatches(rows.exchanges, rows.events),
         *projection_mismatches(rows.exchanges, rows.events),
         *frame_mismatches(rows.exchanges, rows.events, rows.frames),
+        *compaction_mismatches(rows.events, mask=mask_for_provider,
+                               skip_exchanges={e.pk for e in rows.exchanges if e.status in _ACTIVE}),
     ]
 
 

@@ -17,8 +17,10 @@ from loop.models import SessionEvent
 
 SNIPPET = 280
 # Journal rows a reader does not need line by line; they fold into "n internal rows".
-FOLDED = frozenset({"control:tool_intent", "control:tool_done", "control:compaction_probe", "control:note",
-                    "control:frame_opened", "control:frame_closed"})
+# A compaction's probe report and a quota stop stay lines of their own: the operator reads the score
+# and the latch there (SPEC L14).
+FOLDED = frozenset({"control:tool_intent", "control:tool_done", "control:note", "control:frame_opened",
+                    "control:frame_closed"})
 
 
 @dataclass
@@ -34,6 +36,7 @@ class Line:
     payload: str = ""
     link: str = ""  # a URL the line points at (the approval it asked for)
     folded: list[Line] = field(default_factory=list)  # internal rows folded under this marker
+    compaction: dict[str, Any] | None = None  # what the compaction entry shows (SPEC L14)
 
 
 def _short(text: str, limit: int = SNIPPET) -> str:
@@ -86,7 +89,16 @@ def describe(event: SessionEvent, *, agent: str, user: str, names: Mapping[str, 
         return f"sub-agent {p.get('agent', '?')}", "who-agent", _short(p.get("content", "")), \
             str(p.get("outcome", "")), ""
     if kind == "compaction":
-        return "system", "who-system", "compacted the earlier conversation into a summary", "", ""
+        m = p.get("manifest") or {}
+        return "system", "who-system", f"compacted seq {m.get('first_seq')} to {m.get('last_seq')} "\
+            f"({m.get('count')} rows) into a summary", "", ""
+    if kind == "control:compaction_probe":
+        latched = " — latched: no further compaction this episode" if p.get("latched") else ""
+        return "system", "who-system", f"probed the summary: {p.get('lost_permille')}‰ lost{latched}", \
+            str(p.get("result", "")), "outcome-error" if p.get("degraded") else "status status-completed"
+    if kind == "control:compaction_quota":
+        return "system", "who-system", f"stopped: compaction quota reached ({p.get('compactions')} of "\
+            f"{p.get('max_per_episode')} compactions)", "budget exceeded", "outcome-error"
     if kind == "canceled":
         return "system", "who-system", "the exchange was cancelled", "cancelled", "outcome-error"
     if kind == "control:approval_requested":
@@ -119,6 +131,18 @@ def describe(event: SessionEvent, *, agent: str, user: str, names: Mapping[str, 
     return "system", "who-system", kind.removeprefix("control:").replace("_", " "), "", ""
 
 
+def compaction_detail(event: SessionEvent) -> dict[str, Any] | None:
+    """What the timeline shows for a compaction, its probe report or a quota stop (SPEC L14)."""
+    payload = event.payload or {}
+    if event.kind == "compaction":
+        return {"type": "compaction", "summary": payload.get("summary", ""), **payload.get("manifest", {})}
+    if event.kind == "control:compaction_probe":
+        return {"type": "probe", **payload}
+    if event.kind == "control:compaction_quota":
+        return {"type": "quota", **payload}
+    return None
+
+
 def timeline_lines(events: Iterable[SessionEvent], *, agent: str, user: str,
                    approval_urls: Mapping[str, str] | None = None, names: Mapping[str, str] | None = None
                    ) -> list[Line]:
@@ -131,7 +155,7 @@ def timeline_lines(events: Iterable[SessionEvent], *, agent: str, user: str,
                     outcome_css=outcome_css, depth=min(depth_of(event.narrative), 3),
                     payload=json.dumps(event.payload, indent=2, ensure_ascii=False, sort_keys=True),
                     link=urls.get(str((event.payload or {}).get("key", "")), "") if event.kind.endswith("requested")
-                    else "")
+                    else "", compaction=compaction_detail(event))
         if event.kind in FOLDED:
             # Journal rows fold under the line before them (the call they record).
             if lines:

@@ -132,3 +132,13 @@ def check_database_role(app_configs: Any = None, databases: Any = None, **kwargs
                 id="skald.W007",
             ))
     return problems
+@register()
+def check_compaction_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    from loop.compaction.policy import CompactionPolicy
+    from loop.errors import HarnessError
+
+    try:
+        CompactionPolicy().override(settings.SKALD_COMPACTION)
+    except HarnessError as exc:
+        return [Error(f"SKALD_COMPACTION is invalid: {exc}", id="skald.E005")]
+    return []

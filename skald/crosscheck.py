@@ -40,6 +40,7 @@ from skald.models import Run
 _EVENT_AUDIT_KINDS = (
     AuditKind.EXCHANGE_ADMITTED, AuditKind.TURN_ENDED, AuditKind.TOOL_CALL_TRANSITION, AuditKind.EVENT_APPENDED,
     AuditKind.FRAME_OPENED, AuditKind.FRAME_CLOSED,
+    AuditKind.COMPACTION_COMMITTED, AuditKind.COMPACTION_PROBED,
 )  # fmt: skip
 
 

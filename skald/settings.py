@@ -363,3 +363,11 @@ except ValueError as _exc:
     from django.core.exceptions import ImproperlyConfigured
 
     raise ImproperlyConfigured(f"SKALD_LOOP_BOUNDS must be a JSON object: {_exc}") from None
+
+# Deployment-wide compaction settings (SPEC L14), e.g. '{"threshold_tokens": 32000}'.
+try:
+    SKALD_COMPACTION: dict[str, object] = __import__("json").loads(envstr("SKALD_COMPACTION", "{}"))
+except ValueError as _exc:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(f"SKALD_COMPACTION must be a JSON object: {_exc}") from None
