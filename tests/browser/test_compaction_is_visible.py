@@ -11,15 +11,14 @@ from pathlib import Path
 
 import pytest
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import Select
 
-from skald.demo import DEMO_CASE_TITLE
 from tests.browser.conftest import Admin
+from tests.browser.test_governed_run_in_the_admin import launch_run
 from tests.e2e.stack import Stack, launch
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
-RUN_TIMEOUT = 30.0
+RUN_TIMEOUT = 90.0  # a hang guard for worker-driven steps on a loaded machine, never a time assertion
 TICKET = "Checkout returns 502 since the 09:10 deploy; TimeoutError in /srv/checkout/pool.py, ticket OPS-4412."
 # The playbook's messages are small: these numbers make the run compact at each of its first turns.
 TINY = {"threshold_tokens": 40, "keep_tokens": 30, "summary_max_tokens": 200}
@@ -39,26 +38,18 @@ def test_the_admin_timeline_and_the_console_show_each_compaction(chromium, compa
     shots.mkdir(exist_ok=True)
     admin = Admin(chromium, compacting_stack, shots)
     admin.login("operator")
-    admin.click_link("Cases")
-    admin.wait_text("#result_list", DEMO_CASE_TITLE)
-    admin.driver.find_element(
-        By.XPATH, f"//table[@id='result_list']//tr[td[normalize-space()='{DEMO_CASE_TITLE}']]//input").click()
-    Select(admin.find("select[name=action]")).select_by_visible_text("Launch GDL run")
-    admin.click("button[name=index]")
-    admin.fill("#id_ticket", TICKET)
-    admin.click("#launch-gdl")
-    admin.wait_text(".messagelist", "Launched run #", what="the launch confirmation")
-    run_id = int(re.search(r"/admin/skald/run/(\d+)/change/", admin.driver.current_url).group(1))
+    run_id = launch_run(admin, TICKET, "compaction-launch")
 
     # The run parks at its gated write; by then its window has been compacted.
     def compaction_entries():
-        entries = admin.driver.find_elements(By.CSS_SELECTOR, ".skald-timeline [data-compaction=compaction]")
-        probes = admin.driver.find_elements(By.CSS_SELECTOR, ".skald-timeline [data-compaction=probe]")
+        entries = admin.driver.find_elements(By.CSS_SELECTOR, "#timeline [data-compaction=compaction]")
+        probes = admin.driver.find_elements(By.CSS_SELECTOR, "#timeline [data-compaction=probe]")
         return (entries, probes) if entries and probes else None
 
     entries, probes = admin.reload_until(compaction_entries, timeout=RUN_TIMEOUT, what="a compaction in the timeline")
     first = entries[0].text
-    assert "Compaction #1" in first and "covered seq 1\u2013" in first and "verbatim tail from seq" in first
+    assert "Compaction #1" in first and re.search(r"covered seq \d+\u2013\d+", first)
+    assert "verbatim tail from seq" in first
     assert "Summary of the earlier conversation" in first and "OPS-4412" in first  # the ticket's intent kept
     assert re.search(r"Probe score: \d+‰ lost", probes[0].text)
     admin.screenshot("run-timeline-compaction")
