@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from loop.compaction.prompt import is_summary_request
 from loop.context import ContextBuilder
 from loop.driver import run_turns_keyed
 from loop.models import Exchange, ExchangeStatus, SessionEvent
 from loop.outcomes import Completed
 from loop.projection import EventRow, arrange_window, project
-from loop.recovery import repair_dangling
+from loop.recovery import recover_exchange, repair_dangling
 from loop.verify import load_session_rows, verify_rows
 from tests.loop.compaction.conftest import SMALL, scripted_model
 
@@ -73,3 +74,30 @@ def test_a_crash_around_the_compaction_row_leaves_a_well_formed_history(failpoin
     ranges = [(r.payload["manifest"]["first_seq"], r.payload["manifest"]["last_seq"]) for r in rows]
     assert len(set(ranges)) == len(ranges), "no range is compacted twice"
     assert verify_rows(load_session_rows(session.pk)) == []  # replay-verify: windows, manifests, probes
+
+
+@pytest.mark.parametrize("failpoint", ["loop.compaction.before_row", "loop.compaction.after_row"])
+def test_recovery_resumes_the_exchange_a_crash_left_mid_compaction(failpoint, make_env, session, clock):
+    crash_in_child(session.pk, failpoint)
+    crashed = Exchange.objects.get(session=session, status=ExchangeStatus.OPEN)
+    before = list(SessionEvent.objects.filter(session=session, kind="compaction").values_list("seq", flat=True))
+    clock.advance(300)  # the dead worker's lease (and any drift of its own clock) lapses
+
+    # The database is the truth: a rescuer resumes the crashed exchange itself, nothing is redone twice.
+    provider = scripted_model()
+    env = make_env(provider, compaction=SMALL, context=ContextBuilder())
+    result = recover_exchange(env, crashed.pk, claim_token="rescuer")
+
+    assert result is not None and isinstance(result.outcome, Completed)
+    assert Exchange.objects.get(pk=crashed.pk).status == ExchangeStatus.SETTLED
+    assert_well_formed(session.pk)
+    rows = list(SessionEvent.objects.filter(session=session, kind="compaction").order_by("seq"))
+    assert [row.seq for row in rows[:len(before)]] == before  # a committed compaction is kept as it is
+    ranges = [(r.payload["manifest"]["first_seq"], r.payload["manifest"]["last_seq"]) for r in rows]
+    assert len(set(ranges)) == len(ranges), "no range is compacted twice"
+    summaries = sum(1 for request in provider.calls if is_summary_request(request))
+    if failpoint.endswith("after_row"):
+        assert summaries == 0, "the committed compaction is found, not written again"
+    else:
+        assert len(rows) == 1 and summaries == 1, "the lost cycle runs again, once"
+    assert verify_rows(load_session_rows(session.pk)) == []
