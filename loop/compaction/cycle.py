@@ -151,7 +151,8 @@ def run_cycle(env: CycleEnv, exchange: Exchange, state: EpisodeState, *, authori
     failpoint("loop.compaction.before_row")
     commit = env.store.commit_compaction(
         exchange=exchange, narrative=env.narrative, summary=summary, manifest=manifest,
-        report=report.as_payload(), usage=(assembled.input_tokens or 0, assembled.output_tokens or 0),
+        report={**report.as_payload(), "guard": env.detector.fingerprint},  # the rule set the rows were screened by
+        usage=(assembled.input_tokens or 0, assembled.output_tokens or 0),
         spent_tokens=authority.spent_tokens, accounting_incomplete=authority.accounting_incomplete,
         principal=env.principal,
     )

@@ -4,9 +4,11 @@ For each narrative:
 
 * every ``compaction`` row's manifest (first/last seq, count, digest) is recomputed over the stored
   conversation rows it names, and its verbatim tail must start after them;
-* its ``control:compaction_probe`` row is recomputed: the covered rows are projected (masked, as
-  the model saw them), the probes drawn again and scored against the stored summary — same rows,
-  same probes, same score;
+* its ``control:compaction_probe`` row is recomputed: the covered rows are projected (screened by
+  the credential ``guard`` and masked, as the model saw them), the probes drawn again and scored
+  against the stored summary — same rows, same probes, same score. A report that names another
+  rule set (``guard``: an organisation pattern was added or removed since) is not re-scored: the
+  text the model saw cannot be recomputed under today's rules;
 * the windows the driver built are recomputed — the rows before the first compaction, then for
   each compaction its summary, the tail it kept and the rows up to the next one — and each must
   project without a refusal.
@@ -24,6 +26,7 @@ from loop.compaction.policy import LATCH_PERMILLE
 from loop.compaction.probes import draw_probes, score
 from loop.events import CONVERSATION_KINDS, EventKind
 from loop.projection import EventRow, ProjectionError, arrange_window, project
+from loop.tripwires import Detector, default_detector
 
 Finding = dict[str, Any]
 _MANIFEST_FIELDS = ("first_seq", "last_seq", "count", "digest")
@@ -53,9 +56,12 @@ def _row(event: StoredRow) -> EventRow:
 
 
 def compaction_mismatches(
-    events: Sequence[StoredRow], *, mask: Callable[[str], str], skip_exchanges: Collection[int] = ()
+    events: Sequence[StoredRow], *, mask: Callable[[str], str], guard: Detector | None = None,
+    skip_exchanges: Collection[int] = (),
 ) -> list[Finding]:
-    """Manifests, probe reports and windows of every narrative's compactions."""
+    """Manifests, probe reports and windows of every narrative's compactions; ``guard`` is the
+    credential detector the driver folds windows under (the vendored rule set when None)."""
+    guard = guard or default_detector()
     conversation: dict[str, list[EventRow]] = defaultdict(list)
     probes: dict[tuple[str, int], Mapping[str, Any]] = {}
     for event in events:
@@ -68,7 +74,7 @@ def compaction_mismatches(
         found += _window_mismatches(narrative, rows)
         for row in rows:
             if row.kind == EventKind.COMPACTION:
-                found += _manifest_mismatches(narrative, rows, row, probes.get((narrative, row.seq)), mask)
+                found += _manifest_mismatches(narrative, rows, row, probes.get((narrative, row.seq)), mask, guard)
     return found
 
 
@@ -87,7 +93,8 @@ def _window_mismatches(narrative: str, rows: Sequence[EventRow]) -> list[Finding
 
 
 def _manifest_mismatches(narrative: str, rows: Sequence[EventRow], boundary: EventRow,
-                         report: Mapping[str, Any] | None, mask: Callable[[str], str]) -> list[Finding]:
+                         report: Mapping[str, Any] | None, mask: Callable[[str], str], guard: Detector
+                         ) -> list[Finding]:
     manifest = boundary.payload.get("manifest", {})
     first, last = manifest.get("first_seq"), manifest.get("last_seq")
     covered = [row for row in rows if isinstance(first, int) and isinstance(last, int) and first <= row.seq <= last]
@@ -100,8 +107,10 @@ def _manifest_mismatches(narrative: str, rows: Sequence[EventRow], boundary: Eve
         found.append(_finding("compaction.tail_first_seq", narrative, boundary.seq, stored=tail))
     if report is None:
         return [*found, _finding("compaction.probe", narrative, boundary.seq, error="no probe report")]
+    if report.get("guard", guard.fingerprint) != guard.fingerprint:
+        return found  # screened under another rule set: not recomputable today (module docstring)
     try:
-        messages = project(arrange_window(covered), mask=mask)
+        messages = project(arrange_window(covered), mask=mask, guard=guard)
     except ProjectionError as exc:
         return [*found, _finding("compaction.covered", narrative, boundary.seq, code=exc.code, error=str(exc))]
     texts = [message_text(message) for message in messages]

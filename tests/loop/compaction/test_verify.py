@@ -7,6 +7,7 @@ import pytest
 from loop.compaction.prompt import is_summary_request
 from loop.driver import run_turns_keyed
 from loop.models import SessionEvent
+from loop.tripwires import OrgPattern, organisation_detector
 from loop.verify import load_session_rows, verify_rows
 from tests.loop.compaction.conftest import SMALL, scripted_model
 
@@ -50,3 +51,25 @@ def test_an_edited_probe_score_is_caught(compacted):
     probe.save(update_fields=["payload"])
     fields = {f["field"] for f in verify_rows(load_session_rows(session.pk))}
     assert "compaction.probe.lost_permille" in fields
+
+
+def test_probes_are_recomputed_under_the_rule_set_the_driver_screened_with(make_env, session):
+    # An organisation pattern matching exchange 3's request id (in its tool call's arguments).
+    guard = organisation_detector([OrgPattern("request-id", r"req_300a9f3", ("req_",))])
+    provider = scripted_model()
+    env = make_env(provider, compaction=SMALL, detector=guard)
+    for number in range(1, 9):
+        run_turns_keyed(env, request_key=f"k{number}", content=f"check {number}")
+    probes = list(SessionEvent.objects.filter(session=session, kind="control:compaction_probe").order_by("seq"))
+    assert probes and {probe.payload["guard"] for probe in probes} == {guard.fingerprint}
+    summaries = [r.messages[0].content for r in provider.calls if is_summary_request(r)]
+    assert summaries and not any("req_300a9f3" in transcript for transcript in summaries)  # screened first
+
+    assert verify_rows(load_session_rows(session.pk), guard=guard) == []
+    # Under another rule set the reports cannot be recomputed: not re-scored, never a false alarm.
+    assert verify_rows(load_session_rows(session.pk)) == []
+    tampered = probes[0]
+    tampered.payload = {**tampered.payload, "post_hits": tampered.payload["post_hits"] + 1}
+    tampered.save(update_fields=["payload"])
+    fields = {f["field"] for f in verify_rows(load_session_rows(session.pk), guard=guard)}
+    assert "compaction.probe.post_hits" in fields
