@@ -91,3 +91,23 @@ def test_a_compaction_deny_is_audited_once_by_point_and_counted(alice, session, 
     assert samples['skald_hook_denies_total{point="loop.before_compaction"}'] == len(denies)
     assert samples['skald_hook_denies_total{point="loop.before_start"}'] == 0
     assert samples['skald_hook_errors_total{point="loop.before_compaction"}'] == 0
+
+
+def test_a_raising_compaction_hook_is_counted_by_point_and_never_blocks(alice, session, client):
+    def broken(ctx):
+        raise RuntimeError("the policy service is down")
+
+    hooks = audited_hooks({HookPoint.BEFORE_COMPACTION: [broken]})
+    from loop.driver import run_turns_keyed
+
+    for number, ticket in enumerate(TICKETS[:4]):
+        run_turns_keyed(build_env(session, hooks=hooks), request_key=f"k{number}", content=ticket)
+    compactions = SessionEvent.objects.filter(session=session, kind="compaction").count()
+    assert compactions >= 1, "a hook that raises is contained and counted, never a deny"
+    errors = [json.loads(p) for p in AuditEvent.objects.filter(kind=AuditKind.HOOK_ERROR)
+              .values_list("payload", flat=True)]
+    assert errors and all(e["point"] == "loop.before_compaction" for e in errors)
+    assert sum(int(e.get("errors", 1)) for e in errors) == compactions  # asked once per pending cycle
+    samples = scrape(client)
+    assert samples['skald_hook_errors_total{point="loop.before_compaction"}'] == compactions
+    assert samples['skald_hook_denies_total{point="loop.before_compaction"}'] == 0
