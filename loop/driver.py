@@ -224,6 +224,7 @@ class _Drive:
     system: str  # the agent's system prompt, screened once per drive (configuration, not narrative)
     approved: frozenset[int] = frozenset()
     episode: EpisodeState = field(default_factory=EpisodeState)
+    steps: int = 0  # model turns this frame has had in this exchange (a child's frame starts fresh)
 
     @classmethod
     def start(cls, env: LoopEnv, exchange: Exchange, token: CancelToken, approved: frozenset[int] = frozenset()
@@ -234,7 +235,9 @@ class _Drive:
         if env.discovery is not None:
             env.discovery.offered(specs)
         system = withhold_credentials(env.agent.system_prompt, what="system prompt", detector=env.detector)
-        return cls(env, exchange, env.store.root_frame(exchange), authority, token, specs, system, approved)
+        frame = env.store.root_frame(exchange)
+        steps = env.store.frame_turns(exchange.pk, narrative=frame.narrative) if exchange.turns else 0
+        return cls(env, exchange, frame, authority, token, specs, system, approved, steps=steps)
 
     def first_turn(self) -> int:
         """The turns this frame has had already (a resumed exchange goes on counting)."""
@@ -268,11 +271,17 @@ class _Drive:
             else:  # a compaction was just committed: the window restarts at it
                 messages, size = env.context.window(env.store, exchange.session_id, narrative=env.narrative,
                                                     cap=env.bounds.replay_cap, guard=env.detector)
+            # ``turn`` numbers the exchange's turns (every frame's, resumed ones go on counting);
+            # ``step`` is this frame's own: where its agent is even when a compaction summarised
+            # the start of its exchange.
             request = ProviderRequest(system=self.system, messages=messages, tools=self.specs,
                                       metadata={"session": exchange.session_id, "exchange": exchange.number,
-                                                "turn": turn, "narrative": self.frame.narrative})
-            return dispatch(env.provider, request, authority=self.authority, cancel=self.token,
-                            request_cap=env.bounds.request_cap, on_text=self._live_text(turn), messages_size=size)
+                                                "turn": turn, "step": self.steps + 1,
+                                                "narrative": self.frame.narrative})
+            reply = dispatch(env.provider, request, authority=self.authority, cancel=self.token,
+                             request_cap=env.bounds.request_cap, on_text=self._live_text(turn), messages_size=size)
+            self.steps += 1
+            return reply
         except BudgetRefused as exc:
             return BudgetExceeded(exc.reason)
         except DispatchCanceled as exc:

@@ -82,6 +82,7 @@ class Store:
         self.open_frame = self.frames.open
         self.close_frame = self.frames.close
         self.finish_child_turn = self.frames.finish
+        self.frame_turns = self.frames.turns
         # Compactions (SPEC L14): the window they start, the episode's count and latch, the commit.
         self.replay_window = self.compactions.replay_window
         self.compaction_episode = self.compactions.episode

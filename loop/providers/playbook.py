@@ -113,10 +113,10 @@ class PlaybookProvider:
         last_user = max((i for i, m in enumerate(request.messages) if isinstance(m, UserMessage)), default=-1)
         after = request.messages[last_user + 1:]
         steps_done = sum(1 for m in after if isinstance(m, AssistantMessage))
-        turn = request.metadata.get("turn")
-        if last_user < 0 and isinstance(turn, int):
-            # A compaction summarised this exchange's start: the driver's turn number says where we are.
-            steps_done = turn - 1
+        step = request.metadata.get("step")
+        if last_user < 0 and isinstance(step, int):
+            # A compaction summarised this exchange's start: the frame's step number says where we are.
+            steps_done = step - 1
         results = [m.content for m in after if isinstance(m, ToolResultMessage)]
         user_text = request.messages[last_user].content if last_user >= 0 else _intent(request.messages)
         variables = {

@@ -117,6 +117,13 @@ def compaction_probes(cursor: CursorWrapper, *, exchange_id: int, narrative: str
     return [load_json(payload) for (payload,) in cursor.fetchall()]
 
 
+def frame_turns(cursor: CursorWrapper, *, exchange_id: int, narrative: str) -> int:
+    """How many model turns (assistant rows) one narrative has had in an exchange."""
+    cursor.execute("SELECT COUNT(*) FROM loop_sessionevent WHERE exchange_id = %s AND narrative = %s AND kind = %s",
+                   [exchange_id, narrative, "assistant"])
+    return int(cursor.fetchone()[0])
+
+
 def exchange_events(cursor: CursorWrapper, exchange_id: int) -> list[tuple[int, str, Any]]:
     cursor.execute("SELECT seq, kind, payload FROM loop_sessionevent WHERE exchange_id = %s ORDER BY seq",
                    [exchange_id])

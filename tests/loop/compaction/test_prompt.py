@@ -89,6 +89,7 @@ def test_the_playbook_continues_when_its_exchange_start_was_summarised():
     provider = PlaybookProvider([{"tool": "echo", "args": {"text": "{input}"}}, {"answer": "step two for {input}"}])
     summary = SummaryMessage(kind="compaction", content="Summary.\nintent: restart shop-api on web-3\nFacts: web-3")
     request = summary_request(render_transcript([], clear_over=100), max_output_tokens=100, metadata={})
-    request = type(request)(system="s", messages=(summary,), metadata={"turn": 2})
+    # The exchange's turn counts every frame's (a delegate's too); the frame's own step says where it is.
+    request = type(request)(system="s", messages=(summary,), metadata={"turn": 7, "step": 2})
     turn = fold_deltas(provider.stream(request, cancel=CancelToken()))
     assert turn.text == "step two for restart shop-api on web-3"

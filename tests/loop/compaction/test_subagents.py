@@ -13,13 +13,15 @@ from loop.compaction.prompt import is_summary_request
 from loop.driver import run_turns_keyed
 from loop.events import EventKind
 from loop.models import Exchange, Frame, SessionEvent, ToolCall
-from loop.outcomes import Completed
+from loop.outcomes import AwaitingHuman, Completed
 from loop.providers.base import Delta, ProviderRequest, SummaryMessage
 from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
-from loop.tools.registry import ToolRegistry
+from loop.recovery import resolve_pending
+from loop.tools.registry import FunctionTool, ToolRegistry
 from loop.verify import load_session_rows, verify_rows
 from tests.loop.compaction.conftest import SMALL, fact
 from tests.loop.conftest import ECHO
+from tests.loop.fakes import ScriptedGate
 from tests.loop.test_delegation import Delegate, agent
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
@@ -101,3 +103,32 @@ def test_a_sub_agent_past_its_own_quota_stops_loudly_and_the_parent_goes_on(make
     assert subagent.payload["outcome"] == "budget_exceeded"
     assert SessionEvent.objects.filter(session=session, kind=EventKind.COMPACTION, narrative="").count() == 0
     assert verify_rows(load_session_rows(session.pk)) == []
+
+
+def test_a_frame_numbers_its_own_steps_across_a_delegate_and_a_resume(make_env, session):
+    """The exchange's turn numbers count a delegate's turns too and go on counting after a park;
+    each request also names the frame's own step, which is what a provider that lost the start of
+    its exchange to a summary (the playbook) needs."""
+    def respond(request: ProviderRequest) -> list[Delta]:
+        narrative = str(request.metadata.get("narrative", ""))
+        step = int(request.metadata["step"])
+        if narrative:
+            return tool_turn(("echo", {"text": "kid"})) if step == 1 else text_turn("kid done")
+        return {1: lambda: tool_turn(("delegate", {"agent": "helper", "task": "look"})),
+                2: lambda: tool_turn(("deploy", {})),
+                3: lambda: text_turn("deployed")}[step]()
+
+    provider = LoopbackProvider([respond], repeat_last=True)
+    deploy = FunctionTool("deploy", "Deploy.", {"type": "object"}, lambda arguments, context: "deployed")
+    tools = ToolRegistry([Delegate({"helper": agent("helper", "echo")}, provider), ECHO, deploy])
+    env = make_env(provider, tools=tools, gate=ScriptedGate(require={"deploy"}))
+    parked = run_turns_keyed(env, request_key="k", content="look, then deploy")
+    assert isinstance(parked.outcome, AwaitingHuman)
+    call = ToolCall.objects.select_related("frame").get(exchange_id=parked.exchange_id, tool="deploy")
+    result = resolve_pending(env, call, resolution="approve", reason="", claim_token="resolver")
+
+    assert result.outcome == Completed(answer="deployed")
+    root = [(r.metadata["turn"], r.metadata["step"]) for r in provider.calls if not r.metadata.get("narrative")]
+    kid = [(r.metadata["turn"], r.metadata["step"]) for r in provider.calls if r.metadata.get("narrative")]
+    assert [step for _, step in root] == [1, 2, 3] and [step for _, step in kid] == [1, 2]
+    assert root[-1][0] == 5, "the resumed root's turn number counts the delegate's two turns"
