@@ -3,13 +3,15 @@
 The driver calls :func:`run_cycle` at the top of every turn. It is cheap when nothing is pending (a
 comparison on the window's running totals). When a cycle is pending it, in order: respects the
 episode's latch (no further automatic compaction after a degraded one), stops at the quota (the
-driver then ends the exchange loudly), asks ``loop.before_compaction`` (a deny skips compaction for
-the rest of the exchange; pressure is looked at again at the next one), has the loop's own provider
-write the summary through the one dispatch seam, probes it, and commits the compaction row, the
-probe row and their audit rows as one durable step between two named failpoints.
+driver then ends the frame loudly: the root settles the exchange, a child closes its frame), asks
+``loop.before_compaction`` (a deny skips compaction for the rest of the exchange; pressure is looked
+at again at the next one), has the loop's own provider write the summary through the one dispatch
+seam, probes it, and commits the compaction row, the probe row and their audit rows as one durable
+step between two named failpoints.
 
-An episode is one exchange (a GDL launch is one episode, SPEC W1) in one narrative: a sub-agent
-compacts its own ``child:<name>:`` narrative and counts its own quota, never the parent's.
+An episode is one exchange (a GDL launch is one episode, SPEC W1) in one narrative: a sub-agent's
+frame (:mod:`loop.delegation`) runs the same cycle over its own ``child:<name>:c<call>:`` narrative
+with its own :class:`EpisodeState`, so it compacts and counts its own quota, never the parent's.
 """
 
 from __future__ import annotations
