@@ -27,6 +27,7 @@ from approvals.services import pending_approval_resolve
 from skald.core.admin import ReadOnlyAdmin
 from skald.core.clock import now
 from skald.core.errors import SkaldError
+from skald.core.text import clip_to_line
 
 RESOLVED = [ApprovalStatus.APPROVED, ApprovalStatus.REJECTED, ApprovalStatus.EXPIRED, ApprovalStatus.CANCELLED]
 
@@ -113,7 +114,7 @@ class PendingApprovalAdmin(ReadOnlyAdmin):  # parked calls change only through t
 
     @admin.display(description="reason")
     def reason_short(self, obj: PendingApproval) -> str:
-        return obj.reason if len(obj.reason) <= 80 else obj.reason[:79] + "…"
+        return clip_to_line(obj.reason, 80)
 
     @admin.display(description="rule")
     def rule_label(self, obj: PendingApproval) -> str:
