@@ -5,7 +5,6 @@ and which item comes next. Reads only; the decision itself goes through the serv
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -108,11 +107,3 @@ def next_pending(*, after: PendingApproval) -> PendingApproval | None:
     pending = PendingApproval.objects.filter(status=ApprovalStatus.PENDING).exclude(pk=after.pk)
     same_batch = pending.filter(session_id=after.session_id, batch=after.batch).order_by("tool_call_id").first()
     return same_batch or pending.order_by("created_at", "tool_call_id").first()
-
-
-def queue_signature() -> str:
-    """Changes whenever a call is parked or resolved (ids and states of the pending queue)."""
-    pending = PendingApproval.objects.filter(status=ApprovalStatus.PENDING)
-    ids = list(pending.order_by("pk").values_list("pk", flat=True))
-    latest = PendingApproval.objects.order_by("-pk").values_list("pk", "status").first()
-    return hashlib.sha256(json.dumps([ids, latest]).encode()).hexdigest()[:16]

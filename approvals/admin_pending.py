@@ -14,14 +14,14 @@ from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.timesince import timesince
 
-from approvals.admin_decide import decision_context, diff_html, next_pending, queue_signature, rule_sentence
+from approvals.admin_decide import decision_context, diff_html, next_pending, rule_sentence
 from approvals.models import ApprovalStatus, PendingApproval
 from approvals.services import pending_approval_resolve
 from skald.core.admin import ReadOnlyAdmin
@@ -123,10 +123,6 @@ class PendingApprovalAdmin(ReadOnlyAdmin):  # parked calls change only through t
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
         return lookup in {"session", "batch"} or super().lookup_allowed(lookup, value, request)
 
-    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        extra = {"queue_signature_url": reverse("admin:approvals_pendingapproval_signature"), **(extra_context or {})}
-        return super().changelist_view(request, extra_context=extra)
-
     # -- the decision page: context, why, the diff, a sticky decide bar
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
@@ -149,15 +145,8 @@ class PendingApprovalAdmin(ReadOnlyAdmin):  # parked calls change only through t
     def get_urls(self) -> list[URLPattern]:
         prefix = f"{self.opts.app_label}_{self.opts.model_name}"
         wrap = self.admin_site.admin_view
-        own = [path("<int:pk>/resolve/", wrap(self.resolve_view), name=f"{prefix}_resolve"),
-               path("signature/", wrap(self.signature_view), name=f"{prefix}_signature")]
+        own = [path("<int:pk>/resolve/", wrap(self.resolve_view), name=f"{prefix}_resolve")]
         return own + super().get_urls()
-
-    def signature_view(self, request: HttpRequest) -> JsonResponse:
-        """The queue's state in one string: the changelist reloads itself when it changes."""
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        return JsonResponse({"signature": queue_signature()})
 
     def resolve_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         if request.method != "POST":

@@ -19,11 +19,12 @@ from django.db import connection, transaction
 from audit import chain
 from audit.actors import Actor
 from audit.chain import GENESIS
-from audit.kinds import AuditKind
+from audit.kinds import AuditKind, live_topics
 from audit.models import ActorType, AuditEvent, ChainHead
 from audit.selectors import audit_hashes_at, audit_rows_in_chain_order, chain_head_latest, chain_heads
 from skald.core import clock
 from skald.core.errors import NotFound
+from skald.core.live import live_announce_on_commit
 
 # pg_advisory_xact_lock key for appends: "skald" in ASCII, chain number 1. Any change is a
 # deployment-wide event (old and new writers would stop excluding each other).
@@ -148,6 +149,8 @@ def audit_append(
         )
         row_id = cursor.fetchone()[0]
     transaction.on_commit(_TipMarker(fields["seq"], digest))
+    for topic in live_topics(kind):
+        live_announce_on_commit(topic, kind=kind.label)
     return AuditEvent(pk=row_id, hash=digest, **fields)
 
 
