@@ -14,8 +14,16 @@
   const scheme = location.protocol === "https:" ? "wss" : "ws";
   const FALLBACK_EVERY = 5000;
 
+  // Whether the page already shows this markup: compared as the browser parses both, so a re-read
+  // that changed nothing replaces no element (a link the viewer is about to click stays valid).
+  function shows(node, html) {
+    const probe = document.createElement(node.tagName);
+    probe.innerHTML = html;
+    return probe.innerHTML.trim() === node.innerHTML.trim();
+  }
   function swap(node, html) {
     if (node.dataset.lastHtml === html) return;
+    if (shows(node, html)) { node.dataset.lastHtml = html; return; }
     const open = new Set([...node.querySelectorAll("details[open][data-key]")].map((d) => d.dataset.key));
     node.innerHTML = html;
     node.dataset.lastHtml = html;
@@ -23,18 +31,20 @@
     node.dispatchEvent(new CustomEvent("skald:swapped", {bubbles: true}));
   }
   // One fetch at a time per target; a notice that arrives meanwhile schedules exactly one more.
-  function coalesced(load) {
+  // node.dataset.liveReads counts finished re-reads (tests wait on it instead of on time).
+  function coalesced(node, load) {
     let busy = false, again = false;
     return async function run() {
       if (busy) { again = true; return; }
       busy = true;
       try { await load(); } catch (e) { /* the next notice retries */ }
+      node.dataset.liveReads = String(1 + parseInt(node.dataset.liveReads || "0", 10));
       busy = false;
       if (again) { again = false; run(); }
     };
   }
   function fragment(node) {
-    return coalesced(async () => {
+    return coalesced(node, async () => {
       const r = await fetch(node.dataset.liveUrl, {credentials: "same-origin", headers: {"X-Requested-With": "fetch"}});
       if (r.ok) swap(node, await r.text());
     });
@@ -46,12 +56,16 @@
   function page(marker) {
     const selector = marker.dataset.livePage;
     let waiting = false;
-    const load = coalesced(async () => {
+    const load = coalesced(marker, async () => {
       const r = await fetch(location.href, {credentials: "same-origin", headers: {"X-Requested-With": "fetch"}});
       if (!r.ok) return;
       const fresh = new DOMParser().parseFromString(await r.text(), "text/html").querySelector(selector);
       const here = document.querySelector(selector);
-      if (!fresh || !here || here.innerHTML === fresh.innerHTML) return;
+      if (!fresh || !here) return;
+      // Every render masks the CSRF token anew; either token is valid, so it is not a change.
+      const token = here.querySelector("input[name=csrfmiddlewaretoken]");
+      fresh.querySelectorAll("input[name=csrfmiddlewaretoken]").forEach((i) => { if (token) i.setAttribute("value", token.getAttribute("value")); });
+      if (here.innerHTML === fresh.innerHTML) return;
       if (viewerBusy()) { waiting = true; return; }
       here.innerHTML = fresh.innerHTML;
       const boxes = here.querySelectorAll("tr input.action-select");

@@ -26,10 +26,17 @@ WORKER_WAIT = 120.0  # a hang guard for steps a qcluster worker drives, not a ti
 TICKETS = ["Checkout returns 502 after the 10:00 deploy.", "Checkout 502s again for EU customers after 11:00."]
 
 
-def mark_page(admin: Admin, live: str) -> None:
-    """Wait for the page's live socket to join, then leave a marker only this page load carries."""
+def mark_page(admin: Admin, live: str, *, kept: str) -> None:
+    """Wait for the page's live socket to join and for the re-read joining starts, then leave a
+    marker only this page load carries. Nothing changed meanwhile, so the element ``kept`` (taken
+    before) must still be the page's own: a re-read that finds no change replaces nothing."""
+    before = admin.driver.find_element(By.CSS_SELECTOR, kept)
     WebDriverWait(admin.driver, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, f"{live}.live-connected")),
                                           f"the live socket of {live} to join")
+    WebDriverWait(admin.driver, 10).until(
+        lambda d: int(d.find_element(By.CSS_SELECTOR, live).get_attribute("data-live-reads") or 0) >= 1,
+        f"the re-read of {live} on joining")
+    assert before.is_displayed()  # raises StaleElementReferenceException had it been replaced
     admin.driver.execute_script("window.skaldNoReload = location.href")
 
 
@@ -73,7 +80,7 @@ def wait_rows(admin: Admin, count: int, what: str) -> None:
 def test_the_approvers_home_and_queue_show_calls_a_worker_parks(admin: Admin, stack: Stack) -> None:
     admin.login("approver")
     admin.wait_text("#panel-approvals", "0 waiting")
-    mark_page(admin, "#skald-home")
+    mark_page(admin, "#skald-home", kept="#panel-approvals a")
     launch(stack, TICKETS[0])  # the worker reads the logs, then parks write_file
     admin.wait_text("#panel-approvals", "1 waiting", what="the parked call on the home", timeout=WORKER_WAIT)
     assert "write_file" in admin.text("#panel-approvals")
@@ -83,7 +90,7 @@ def test_the_approvers_home_and_queue_show_calls_a_worker_parks(admin: Admin, st
     admin.open("/admin/approvals/pendingapproval/")
     admin.wait_text("#result_list", "write_file")
     assert len(rows(admin)) == 1
-    mark_page(admin, "[data-live-page]")
+    mark_page(admin, "[data-live-page]", kept="#result_list tbody tr")
     launch(stack, TICKETS[1])
     wait_rows(admin, 2, "the second parked call")
     assert_same_page(admin, "[data-live-page]")
@@ -97,7 +104,7 @@ def test_the_approvers_home_and_queue_show_calls_a_worker_parks(admin: Admin, st
 def test_the_reviewers_home_and_queue_show_proposals_a_worker_captures(admin: Admin, stack: Stack) -> None:
     admin.login("reviewer")
     admin.wait_text("#panel-proposals", "0 pending")
-    mark_page(admin, "#skald-home")
+    mark_page(admin, "#skald-home", kept="#panel-proposals a")
     approve_oldest(stack)  # the worker runs the write, the run completes, its proposal is captured
     admin.wait_text("#panel-proposals", "1 pending", what="the captured proposal on the home", timeout=WORKER_WAIT)
     assert "Troubleshooting finding" in admin.text("#panel-proposals")
@@ -107,7 +114,7 @@ def test_the_reviewers_home_and_queue_show_proposals_a_worker_captures(admin: Ad
     admin.open("/admin/proposals/proposal/?status__exact=pending")
     admin.wait_text("#result_list", "Troubleshooting finding")
     assert len(rows(admin)) == 1
-    mark_page(admin, "[data-live-page]")
+    mark_page(admin, "[data-live-page]", kept="#result_list tbody tr")
     approve_oldest(stack)
     wait_rows(admin, 2, "the second proposal")
     assert_same_page(admin, "[data-live-page]")
