@@ -17,7 +17,7 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from skald.core.live import LIVE_TOPICS, live_group
+from skald.core.live import LIVE_TOPICS, live_group, live_topic_allowed
 
 
 class AdminLiveConsumer(AsyncJsonWebsocketConsumer):
@@ -32,7 +32,7 @@ class AdminLiveConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=4400)
             return
         allowed = await database_sync_to_async(
-            lambda: sorted(topic for topic in asked if user.has_perm(LIVE_TOPICS[topic])))()
+            lambda: sorted(topic for topic in asked if live_topic_allowed(user, topic)))()
         if not allowed:
             await self.close(code=4403)
             return

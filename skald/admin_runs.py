@@ -30,13 +30,13 @@ from skald.cases import runs as run_services
 from skald.core.admin import ReadOnlyAdmin, admin_may_view
 from skald.core.errors import SkaldError
 from skald.core.ids import new_token
-from skald.core.roles import Role, has_role
+from skald.core.roles import GOVERNANCE_ROLES, Role, has_role
 from skald.crosscheck import replay_verify_run
 from skald.models import Case, Run, RunStatus
 from skald.workflow.views import MAX_TICKET_BYTES, parse_ticket
 
 TIMELINE_LIMIT = 500
-READERS = (Role.OPERATOR, Role.APPROVER, Role.REVIEWER, Role.AUDITOR)
+READERS = GOVERNANCE_ROLES
 
 
 def _admin_user(request: HttpRequest) -> AbstractBaseUser:

@@ -10,17 +10,28 @@ Redis in production), so a call a worker parks reaches an approver's open queue 
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import transaction
 
 from skald.core.group_send import group_send_soon
+from skald.core.roles import GOVERNANCE_ROLES, has_role
 
-# Each topic and the permission a viewer needs to hear it (the pages that show it require the same).
+# Each topic and the permission a viewer needs to hear it (the pages that show it require the same;
+# runs and cases are every governance role's context, so their topic is too).
 LIVE_TOPICS: dict[str, str] = {
     "approvals": "approvals.view_pendingapproval",
     "runs": "skald.view_run",
     "proposals": "proposals.view_proposal",
     "audit": "audit.view_auditevent",
 }
+
+
+def live_topic_allowed(user: Any, topic: str) -> bool:
+    """Whether ``user`` may follow ``topic`` (an unknown topic: no)."""
+    if topic not in LIVE_TOPICS:
+        return False
+    return bool(user.has_perm(LIVE_TOPICS[topic])) or (topic == "runs" and has_role(user, *GOVERNANCE_ROLES))
 MESSAGE_TYPE = "live.changed"  # the consumer's handler: ``live_changed``
 
 

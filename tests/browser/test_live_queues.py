@@ -3,7 +3,7 @@
 
 A run launched through the API parks its write on a qcluster worker (a process other than the web
 server's) and a resolved call completes there, capturing its proposal: the approver's home and
-queue, and the reviewer's home and queue, show each change while open. The proof is a marker: a
+queue, the reviewer's home and queue, and the operator's run list show each change while open. The proof is a marker: a
 value set on the page before the change is still there after it (a reload would have wiped it),
 and the page's live socket is up with no polling timer behind it.
 """
@@ -119,4 +119,18 @@ def test_the_reviewers_home_and_queue_show_proposals_a_worker_captures(admin: Ad
     wait_rows(admin, 2, "the second proposal")
     assert_same_page(admin, "[data-live-page]")
     admin.screenshot("live-reviewer-queue")
+    admin.logout()
+
+
+def test_the_run_list_shows_a_run_the_worker_parks(admin: Admin, stack: Stack) -> None:
+    admin.login("operator")
+    admin.open("/admin/skald/run/")
+    admin.wait_text("#result_list", "Completed")
+    assert "Awaiting Human" not in admin.text("#result_list")  # both earlier runs finished
+    mark_page(admin, "[data-live-page]", kept="#result_list tbody tr")
+    launch(stack, "Checkout 502s once more, now for every region.")
+    admin.wait_text("#result_list", "Awaiting Human", what="the run the worker parked", timeout=WORKER_WAIT)
+    assert len(rows(admin)) == 3
+    assert_same_page(admin, "[data-live-page]")
+    admin.screenshot("live-operator-run-list")
     admin.logout()

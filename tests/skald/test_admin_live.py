@@ -93,6 +93,13 @@ async def test_a_committed_change_reaches_the_queue_once_per_transaction(carol: 
     await ws.disconnect()
 
 
+async def test_every_governance_role_may_follow_runs(carol: User) -> None:
+    ws = await socket("runs,audit", carol)  # runs are every role's context; the audit trail is not hers
+    assert (await ws.connect())[0]
+    assert (await ws.receive_json_from(WAIT))["topics"] == ["runs"]
+    await ws.disconnect()
+
+
 async def test_the_auditor_hears_every_governance_change(dave: User) -> None:
     ws = await socket("audit", dave)
     assert (await ws.connect())[0]
