@@ -99,9 +99,10 @@ def audit_append(
 ) -> AuditEvent:
     """Append one row to the chain inside the caller's transaction.
 
-    The row commits or rolls back with the change it records. Call it late in the service's
-    atomic block: the chain lock is held from here until that transaction ends, and every other
-    audited write in the deployment waits for it.
+    The row commits or rolls back with the change it records; once it commits, its live topics
+    (``audit.kinds.live_topics``) are announced to the admin pages that show them
+    (``skald.core.live``). Call it late in the service's atomic block: the chain lock is held from
+    here until that transaction ends, and every other audited write in the deployment waits for it.
 
     Raises:
         AuditOutsideTransaction: no transaction is open.

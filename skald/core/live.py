@@ -62,4 +62,5 @@ def live_announce_on_commit(topic: str, *, kind: str) -> None:
     for entry in connection.run_on_commit:  # (savepoint ids, callback, robust)
         if isinstance(entry[1], _Announcement) and entry[1].topic == topic:
             return
-    transaction.on_commit(_Announcement(topic, kind))
+    # Robust: a notice that cannot be sent is logged, never raised into the service that committed.
+    transaction.on_commit(_Announcement(topic, kind), robust=True)
