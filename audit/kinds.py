@@ -75,3 +75,17 @@ def kind_for_label(label: str) -> AuditKind:
         return _BY_LABEL[label]
     except KeyError:
         raise KeyError(f"unknown audit kind label {label!r}") from None
+
+
+# The live admin topics a kind's committed row announces (``skald.core.live``): the queues and homes
+# follow approvals, runs and cases, proposals; the auditor's chain panel follows every row of those
+# and the heads. Loop and tool-call rows (2xx, 3xx) announce nothing here: the run page follows them
+# on the session's own websocket.
+_LIVE_TOPICS_BY_BAND: dict[int, tuple[str, ...]] = {
+    1: ("audit",), 4: ("approvals", "audit"), 5: ("runs", "audit"), 6: ("proposals", "audit"),
+}
+
+
+def live_topics(kind: AuditKind) -> tuple[str, ...]:
+    """The live topics a committed row of ``kind`` announces (none for most loop rows)."""
+    return _LIVE_TOPICS_BY_BAND.get(int(kind) // 100, ())
