@@ -40,6 +40,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework_simplejwt",
+    "rest_framework_simplejwt.token_blacklist",  # every refresh token is recorded, so revocation can blacklist it
+    "axes",  # failed sign-in counters and lockouts (skald/identity, docs/identity.md)
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI and Redoc served from the project: the docs work offline
     "django_filters",
@@ -62,6 +64,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # a locked-out admin/console sign-in → the generic lockout page
 ]
 
 ROOT_URLCONF = "skald.urls"
@@ -190,9 +193,28 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 LOGIN_URL = "/admin/login/"
 
+# --- sign-in protection (django-axes; skald/identity, docs/identity.md) -------------------------
+# Axes' standalone backend goes first: a locked-out account or address is refused before any
+# password is checked, on every entrance that calls authenticate() (token endpoint, admin and
+# console login). Counters live in the database (AccessAttempt), so they hold across processes and
+# need no Redis. A lockout lasts until an admin lifts it (Admin → Axes → Access attempts → "Lift").
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = envint("SKALD_SIGNIN_FAILURE_LIMIT", 20, minimum=1)
+# Each parameter is its own counter: failures per account name and failures per client address.
+AXES_LOCKOUT_PARAMETERS = envlist("SKALD_SIGNIN_LOCK_BY", ["username", "ip_address"])
+AXES_COOLOFF_TIME = None
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "skald.identity.lockout.lockout_response"
+AXES_VERBOSE = False
+AXES_SENSITIVE_PARAMETERS = ["password", "refresh", "access"]
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework_simplejwt.authentication.JWTAuthentication",
+        # simplejwt's JWTAuthentication, refusing access tokens issued before the user's revocation
+        "skald.identity.tokens.RevocableJWTAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
