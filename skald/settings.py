@@ -193,6 +193,15 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 LOGIN_URL = "/admin/login/"
 
+# --- single sign-on (docs/identity.md) ------------------------------------------------------------
+# The identity provider profile: SKALD_OIDC_ISSUER, _CLIENT_ID, _CLIENT_SECRET (all or none; the
+# skald.E010 check refuses a partial one) and optional _AUDIENCE, _GROUPS_CLAIM, _SCOPES,
+# _PROVIDER_NAME, _TIMEOUT_SECONDS. Parsed by skald.identity.oidc_config at first use.
+SKALD_OIDC_ENV = {k: v for k, v in os.environ.items() if k.startswith("SKALD_OIDC_")}
+OIDC_AUTHENTICATE_CLASS = "skald.identity.oidc.SignInStart"
+OIDC_CALLBACK_CLASS = "skald.identity.oidc.SignInCallback"
+LOGIN_REDIRECT_URL = "/admin/"
+
 # --- sign-in protection (django-axes; skald/identity, docs/identity.md) -------------------------
 # Axes' standalone backend goes first: a locked-out account or address is refused before any
 # password is checked, on every entrance that calls authenticate() (token endpoint, admin and
@@ -201,6 +210,7 @@ LOGIN_URL = "/admin/login/"
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
+    "skald.identity.oidc.ProviderBackend",  # answers only the provider's callback, and only when configured
 ]
 AXES_FAILURE_LIMIT = envint("SKALD_SIGNIN_FAILURE_LIMIT", 20, minimum=1)
 # Each parameter is its own counter: failures per account name and failures per client address.
@@ -213,6 +223,8 @@ AXES_SENSITIVE_PARAMETERS = ["password", "refresh", "access"]
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        # the identity provider's bearer tokens (JWKS), when SSO is configured; others pass through
+        "skald.identity.bearer.ProviderBearerAuthentication",
         # simplejwt's JWTAuthentication, refusing access tokens issued before the user's revocation
         "skald.identity.tokens.RevocableJWTAuthentication",
         "rest_framework.authentication.SessionAuthentication",

@@ -24,6 +24,7 @@ urlpatterns = [
     path("", views.landing, name="landing"),
     path("favicon.ico", views.favicon, name="favicon"),
     path("admin/", admin.site.urls),
+    path("oidc/", include("mozilla_django_oidc.urls")),  # single sign-on (skald.identity.oidc)
     path("console/", console, name="console"),
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
