@@ -197,7 +197,9 @@ LOGIN_URL = "/admin/login/"
 # The identity provider profile: SKALD_OIDC_ISSUER, _CLIENT_ID, _CLIENT_SECRET (all or none; the
 # skald.E010 check refuses a partial one) and optional _AUDIENCE, _GROUPS_CLAIM, _SCOPES,
 # _PROVIDER_NAME, _TIMEOUT_SECONDS. Parsed by skald.identity.oidc_config at first use.
-SKALD_OIDC_ENV = {k: v for k, v in os.environ.items() if k.startswith("SKALD_OIDC_")}
+# Any secret may come from NAME_FILE (skald.core.env), e.g. SKALD_OIDC_CLIENT_SECRET_FILE.
+SKALD_OIDC_ENV = {name: envstr(name) for name in {n.removesuffix("_FILE") for n in os.environ
+                                                  if n.startswith("SKALD_OIDC_")}}
 OIDC_AUTHENTICATE_CLASS = "skald.identity.oidc.SignInStart"
 OIDC_CALLBACK_CLASS = "skald.identity.oidc.SignInCallback"
 LOGIN_REDIRECT_URL = "/admin/"

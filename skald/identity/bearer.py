@@ -80,7 +80,8 @@ class ProviderBearerAuthentication(BaseAuthentication):
 
 class ProviderBearerScheme(OpenApiAuthenticationExtension):
     target_class = "skald.identity.bearer.ProviderBearerAuthentication"
-    name = "jwtAuth"  # the same Bearer header as Skald's own tokens: one scheme in the schema
+    name = "providerBearer"  # the same header as Skald's own JWTs; listed as the alternative it is
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
-        return {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}
+        return {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+                "description": "An access token from the identity provider (when single sign-on is configured)."}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.contrib.rest_framework_simplejwt import SimpleJWTScheme
 from rest_framework_simplejwt.authentication import JWTAuthentication
 from rest_framework_simplejwt.exceptions import AuthenticationFailed
 from rest_framework_simplejwt.serializers import TokenObtainPairSerializer
@@ -45,3 +46,9 @@ class RevocableJWTAuthentication(JWTAuthentication):
         if not token_is_current(validated_token, user.pk):
             raise AuthenticationFailed("Token has been revoked.", code="token_not_valid")
         return user
+
+
+class RevocableJWTScheme(SimpleJWTScheme):
+    """The schema's bearer scheme for it: simplejwt's, unchanged."""
+
+    target_class = "skald.identity.tokens.RevocableJWTAuthentication"

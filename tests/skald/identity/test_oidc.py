@@ -163,3 +163,25 @@ def test_a_partial_provider_profile_refuses_to_start(settings: Any) -> None:
         call_command("check")
     settings.SKALD_OIDC_ENV = {}
     call_command("check")
+
+
+def test_the_mapping_is_edited_in_the_admin_and_every_change_is_audited() -> None:
+    root = User.objects.create_superuser("root", password="x" * 12)
+    admin = Client()
+    admin.force_login(root)
+    added = admin.post("/admin/skald/providergroupmapping/add/", {"provider_group": "reviewers", "role": "reviewer",
+                                                                  "security_group": ""})
+    assert added.status_code == 302, added.content
+    mapping = ProviderGroupMapping.objects.get(provider_group="reviewers")
+    changed = admin.post(f"/admin/skald/providergroupmapping/{mapping.pk}/change/",
+                         {"provider_group": "reviewers", "role": "auditor", "security_group": ""})
+    assert changed.status_code == 302
+    deleted = admin.post(f"/admin/skald/providergroupmapping/{mapping.pk}/delete/", {"post": "yes"})
+    assert deleted.status_code == 302 and not ProviderGroupMapping.objects.filter(pk=mapping.pk).exists()
+    rows = AuditEvent.objects.filter(kind=AuditKind.GROUP_MAPPING_CHANGED).order_by("seq")
+    assert [(json.loads(r.payload)["change"], json.loads(r.payload)["role"], r.actor_id) for r in rows] == [
+        ("created", "reviewer", str(root.pk)), ("updated", "auditor", str(root.pk)),
+        ("deleted", "auditor", str(root.pk))]
+    empty = admin.post("/admin/skald/providergroupmapping/add/", {"provider_group": "x", "role": "",
+                                                                  "security_group": ""})
+    assert empty.status_code == 200 and not ProviderGroupMapping.objects.filter(provider_group="x").exists()
