@@ -222,6 +222,11 @@ AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "skald.identity.lockout.lockout_response"
 AXES_VERBOSE = False
 AXES_SENSITIVE_PARAMETERS = ["password", "refresh", "access"]
+# The client address counted (and written in the sign-in audit rows): the socket's peer, or behind a
+# proxy the address the trusted proxies appended to SKALD_CLIENT_IP_HEADER (docs/production.md).
+SKALD_CLIENT_IP_HEADER = envstr("SKALD_CLIENT_IP_HEADER")
+SKALD_TRUSTED_PROXY_COUNT = envint("SKALD_TRUSTED_PROXY_COUNT", 1, minimum=1)
+AXES_CLIENT_IP_CALLABLE = "skald.identity.signins.client_ip"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

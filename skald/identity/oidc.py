@@ -122,7 +122,8 @@ class ProviderBackend(OIDCAuthenticationBackend):
         return user
 
     def get_user(self, user_id: Any) -> Any:
-        return self.UserModel.objects.filter(pk=user_id).first()
+        """The session's user; a deactivated user's session ends at their next request."""
+        return self.UserModel.objects.filter(pk=user_id, is_active=True).first()
 
 
 class SignInStart(OIDCAuthenticationRequestView):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 
 from audit.actors import Actor
@@ -17,6 +18,20 @@ from audit.services import audit_append
 
 ACCOUNT = "identity.account"
 _MAX = 64
+
+
+def client_ip(request: Any) -> str:
+    """``AXES_CLIENT_IP_CALLABLE``: the peer, or the address the trusted proxies appended to
+    ``SKALD_CLIENT_IP_HEADER`` (``SKALD_TRUSTED_PROXY_COUNT`` from the right; what a client wrote
+    further left is never believed)."""
+    peer = str(request.META.get("REMOTE_ADDR", ""))
+    header = settings.SKALD_CLIENT_IP_HEADER
+    if not header:
+        return peer
+    value = str(request.META.get("HTTP_" + header.upper().replace("-", "_"), ""))
+    hops = [hop.strip() for hop in value.split(",") if hop.strip()]
+    count = settings.SKALD_TRUSTED_PROXY_COUNT
+    return hops[-count] if len(hops) >= count else peer
 
 
 def client_address(request: Any) -> str:

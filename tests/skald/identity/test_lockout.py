@@ -5,12 +5,14 @@ whether the name or the password was wrong."""
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
 import pytest
 from axes.models import AccessAttempt
 from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.test import Client
 from rest_framework.test import APIClient
 
@@ -132,3 +134,28 @@ def test_an_admin_sign_in_and_a_refresh_are_audited(erin: User) -> None:
     assert refreshed.status_code == 200
     [refresh_row] = rows(AuditKind.TOKEN_REFRESHED)
     assert refresh_row.actor_id == str(erin.pk) and refresh_row.payload["address"] == "10.0.0.3"
+
+
+def test_behind_a_proxy_the_address_is_the_one_the_proxy_appended(erin: User, settings: Any) -> None:
+    settings.SKALD_CLIENT_IP_HEADER = "X-Forwarded-For"
+    settings.SKALD_TRUSTED_PROXY_COUNT = 1
+    for forged in range(LIMIT):  # a client writing a new address each time is still one client
+        APIClient().post("/api/auth/token/", {"username": f"user{forged}", "password": "x"}, format="json",
+                         REMOTE_ADDR="10.0.0.254", HTTP_X_FORWARDED_FOR=f"192.0.2.{forged}, 198.51.100.7")
+    assert {row.payload["address"] for row in rows(AuditKind.SIGN_IN_FAILED)} == {"198.51.100.7"}
+    locked = APIClient().post("/api/auth/token/", {"username": "erin", "password": PASSWORD}, format="json",
+                              REMOTE_ADDR="10.0.0.254", HTTP_X_FORWARDED_FOR="198.51.100.7")
+    assert locked.status_code == 429  # the address is locked, whatever account it tries
+    other_client = APIClient().post("/api/auth/token/", {"username": "erin", "password": PASSWORD}, format="json",
+                                    REMOTE_ADDR="10.0.0.254", HTTP_X_FORWARDED_FOR="203.0.113.9")
+    assert other_client.status_code == 200  # another client behind the same proxy is not
+
+
+def test_the_break_glass_command_lifts_a_lockout_and_is_audited(erin: User) -> None:
+    for _ in range(LIMIT):
+        token_attempt("erin", "guess")
+    assert token_attempt("erin", PASSWORD).status_code == 429
+    call_command("lockout_lift", "--username", "erin", stdout=io.StringIO())
+    assert token_attempt("erin", PASSWORD).status_code == 200
+    lifted = [row for row in AuditEvent.objects.filter(kind=AuditKind.LOCKOUT_LIFTED)]
+    assert lifted and {(row.actor_type, row.actor_id) for row in lifted} == {("system", "manage")}

@@ -185,3 +185,12 @@ def test_the_mapping_is_edited_in_the_admin_and_every_change_is_audited() -> Non
     empty = admin.post("/admin/skald/providergroupmapping/add/", {"provider_group": "x", "role": "",
                                                                   "security_group": ""})
     assert empty.status_code == 200 and not ProviderGroupMapping.objects.filter(provider_group="x").exists()
+
+
+def test_a_deactivated_provider_users_browser_session_ends(sso: Provider) -> None:
+    sso.person("olga", "sre")
+    client = Client()
+    provider_sign_in(client, sso, "olga")
+    assert client.get("/console/").status_code == 200
+    User.objects.filter(username="olga").update(is_active=False)
+    assert client.get("/console/").status_code == 302  # back to the login page
