@@ -272,7 +272,10 @@ SPECTACULAR_DESCRIPTION = """Governed, durable LLM agent loops.
 `access` and a `refresh` token. Send `Authorization: Bearer <access>` on every call; when the access
 token expires (401 `token_not_valid`), `POST /api/auth/token/refresh/` with `{"refresh"}` for a new
 one. In Swagger UI, press *Authorize* and paste the access token. What a caller may do follows its
-roles (operator, approver, reviewer, auditor, workflow).
+roles (operator, approver, reviewer, auditor, workflow). After 20 failed sign-ins for an account or
+from an address, `/api/auth/token/` answers 429 `sign_in_locked` until an administrator lifts the
+lock; `POST /api/auth/sign-out/` revokes every token of the caller. With single sign-on configured,
+access tokens issued by the identity provider are accepted too (`providerBearer`).
 
 **Conventions.** Request and response bodies are JSON (`application/json`; any other request
 content type is a 415). Every error body is `{"code", "message", "extra"}` with a stable `code`;
@@ -297,7 +300,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "TAGS": [
-        {"name": "auth", "description": "JWT obtain and refresh."},
+        {"name": "auth", "description": "JWT obtain and refresh, sign-out (revokes every token of the caller)."},
         {"name": "sessions", "description": "Conversations with an agent: messages, exchanges, events."},
         {"name": "cases", "description": "Cases that GDL runs troubleshoot."},
         {"name": "runs", "description": "GDL runs: launch, follow, stop, human seams, replay-verify."},
