@@ -207,7 +207,8 @@ class Provider:
                         "<label>User <input id=idp-username name=username></label>"
                         "<button id=idp-sign-in type=submit>Sign in</button></form>")
             person = self.people.get(request.form.get("username", ""))
-            return server.create_authorization_response(grant_user=person)
+            grant = server.get_consent_grant(end_user=person)
+            return server.create_authorization_response(grant=grant, grant_user=person)
 
         @self.app.post("/token")
         def token() -> Any:
