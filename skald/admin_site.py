@@ -29,6 +29,14 @@ class SkaldAdminSite(admin.AdminSite):
         return super().index(request, {"panels": panels, "live_topics": live_topics_of(panels),
                                        **(extra_context or {})})
 
+    def login(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        """The password form, and "Sign in with …" when single sign-on is configured (admin and console)."""
+        from skald.identity.oidc_config import oidc_config
+
+        config = oidc_config()
+        sso = {"sso_name": config.provider_name, "sso_failed": request.GET.get("sso") == "failed"} if config else {}
+        return super().login(request, {**sso, **(extra_context or {})})
+
     def home_fragment(self, request: HttpRequest) -> HttpResponse:
         """The home's panels alone, for the page's live refresh."""
         from skald.admin_home import home_panels
