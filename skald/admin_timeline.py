@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from loop.models import SessionEvent
+from skald.core.text import clip_to_line
 
 SNIPPET = 280
 # Journal rows a reader does not need line by line; they fold into "n internal rows".
@@ -39,19 +40,14 @@ class Line:
     compaction: dict[str, Any] | None = None  # what the compaction entry shows (SPEC L14)
 
 
-def _short(text: str, limit: int = SNIPPET) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def _args(arguments: str) -> str:
     try:
         parsed = json.loads(arguments)
     except ValueError:
-        return _short(arguments, 80)
+        return clip_to_line(arguments, 80)
     if isinstance(parsed, dict):
-        return ", ".join(f"{k}={_short(json.dumps(v, ensure_ascii=False), 40)}" for k, v in parsed.items())
-    return _short(arguments, 80)
+        return ", ".join(f"{k}={clip_to_line(json.dumps(v, ensure_ascii=False), 40)}" for k, v in parsed.items())
+    return clip_to_line(arguments, 80)
 
 
 def depth_of(narrative: str) -> int:
@@ -70,11 +66,11 @@ def describe(event: SessionEvent, *, agent: str, user: str, names: Mapping[str, 
         author = str(p.get("author") or "")
         # Runs record their launcher as ``user:<id>``; the page names the person instead.
         return (author if author and not author.startswith("user:") else user), "who-user", \
-            _short(p.get("content", "")), "", ""
+            clip_to_line(p.get("content", ""), SNIPPET), "", ""
     if kind == "assistant":
         who = (event.narrative.rsplit("child:", 1)[-1].strip(":") or agent) if event.narrative else agent
         calls = p.get("tool_calls") or []
-        text = _short(p.get("content", "")) if p.get("content") else ""
+        text = clip_to_line(p.get("content", ""), SNIPPET) if p.get("content") else ""
         if calls:
             asks = "; ".join(f"{c.get('name')}({_args(c.get('arguments', ''))})" for c in calls)
             text = (text + " — " if text else "") + f"calls {asks}"
@@ -83,10 +79,10 @@ def describe(event: SessionEvent, *, agent: str, user: str, names: Mapping[str, 
     if kind == "tool_result":
         failed = p.get("is_error") or p.get("status") not in (None, "completed")
         outcome = str(p.get("status", "completed")) if not p.get("is_error") else "error"
-        return f"tool {p.get('name', '?')}", "who-tool", _short(p.get("content", "")), outcome, \
+        return f"tool {p.get('name', '?')}", "who-tool", clip_to_line(p.get("content", ""), SNIPPET), outcome, \
             "outcome-error" if failed else "status status-completed"
     if kind == "subagent_result":
-        return f"sub-agent {p.get('agent', '?')}", "who-agent", _short(p.get("content", "")), \
+        return f"sub-agent {p.get('agent', '?')}", "who-agent", clip_to_line(p.get("content", ""), SNIPPET), \
             str(p.get("outcome", "")), ""
     if kind == "compaction":
         m = p.get("manifest") or {}
@@ -106,7 +102,7 @@ def describe(event: SessionEvent, *, agent: str, user: str, names: Mapping[str, 
             "status status-pending"
     if kind == "control:approval_resolved":
         by = str(p.get("by", ""))
-        reason = f" — “{_short(p['reason'], 120)}”" if p.get("reason") else ""
+        reason = f" — “{clip_to_line(p['reason'], 120)}”" if p.get("reason") else ""
         status = str(p.get("status", ""))
         return names.get(by, by or "approver"), "who-user", f"answered the parked call{reason}", status, \
             f"status status-{status}"
@@ -117,7 +113,7 @@ def describe(event: SessionEvent, *, agent: str, user: str, names: Mapping[str, 
     if kind == "control:exchange_settled":
         return "system", "who-system", "the exchange ended", str(p.get("outcome", "")), "status"
     if kind == "control:handoff":
-        return "operator", "who-user", _short(str(p.get("decision") or p.get("answer") or p)), "", ""
+        return "operator", "who-user", clip_to_line(p.get("decision") or p.get("answer") or p, SNIPPET), "", ""
     if kind == "control:tool_intent":
         return "system", "who-system", f"starting {p.get('name', '?')}", "", ""
     if kind == "control:tool_done":

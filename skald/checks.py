@@ -8,6 +8,7 @@ from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
 from skald import provider_config
+from skald.identity.oidc_config import REQUIRED, oidc_error
 
 
 @register()
@@ -22,6 +23,15 @@ def check_provider_profile(app_configs: Any = None, **kwargs: Any) -> list[Error
                 id="skald.E001",
             )
         ]
+    return []
+
+
+@register()
+def check_identity_provider_profile(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    problem = oidc_error()
+    if problem:
+        return [Error(f"The identity provider profile is partial or invalid: {problem}.",
+                      hint=f"Set all of {', '.join(REQUIRED)} or none of them (docs/identity.md).", id="skald.E010")]
     return []
 
 

@@ -43,6 +43,7 @@
     card.classList.remove("waiting");
     if (cls) card.classList.add(cls);
     card.querySelector(".state").textContent = text;
+    card.querySelector(".error").textContent = "";  // a refused earlier try no longer applies
     const actions = card.querySelector(".actions");
     if (actions) actions.remove();
   }
