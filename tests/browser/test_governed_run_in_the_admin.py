@@ -82,6 +82,11 @@ def test_it_follows_a_governed_run_from_launch_to_reused_knowledge(admin: Admin,
     assert first_search and "No accepted knowledge matches." in first_search  # nothing accepted yet
     assert "write_file" in admin.text("#run-approvals")
     admin.screenshot("run-awaiting-approval")
+    # The run reads on the page's own background: the frame tree's dark header starts below the run,
+    # not behind it (the stock admin floats #content-main, which let that header fill the page).
+    assert admin.driver.execute_script(
+        "return document.querySelector('#frame-tree h2').getBoundingClientRect().top"
+        " >= document.querySelector('#content-main').getBoundingClientRect().bottom")
     admin.logout()
 
     # The approver reads the diff of reports/findings.md and approves it with a reason.
