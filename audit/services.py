@@ -7,7 +7,8 @@ chain per tenant, say) changes this module and nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,17 +40,21 @@ def _require_short(name: str, value: str) -> None:
         raise ValueError(f"audit {name} must be 1 to {_FIELD_MAX} characters, got {len(value)}")
 
 
-def _serialise_appends() -> None:
-    """Hold the chain's write lock until the caller's transaction ends.
+def _lock_and_read_tip(cursor: Any) -> tuple[int, str]:
+    """Take the chain's write lock until the caller's transaction ends, then read the tip.
 
-    PostgreSQL: an advisory transaction lock, taken before the head is read, so two writers never
-    both extend the same head. SQLite: the connection begins every transaction IMMEDIATE, so the
-    database-wide write lock is already held. Elsewhere the unique ``seq`` is the last line: a
-    racing writer fails loudly instead of forking the chain.
+    PostgreSQL: an advisory transaction lock, taken before the tip is read, so two writers never
+    both extend the same tip; ``audit_chain_tip`` (migration 0005) does both in one round trip.
+    SQLite: the connection begins every transaction IMMEDIATE, so the database-wide write lock is
+    already held. Elsewhere the unique ``seq`` is the last line: a racing writer fails loudly
+    instead of forking the chain.
     """
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CHAIN_LOCK_KEY])
+        cursor.execute("SELECT tip_seq, tip_hash FROM audit_chain_tip(%s)", [CHAIN_LOCK_KEY])
+    else:
+        cursor.execute("SELECT seq, hash FROM audit_auditevent ORDER BY seq DESC LIMIT 1")
+    row = cursor.fetchone()
+    return (int(row[0]), row[1]) if row else (0, GENESIS)
 
 
 class _TipMarker:
@@ -86,6 +91,70 @@ def _now() -> datetime:
     return moment.astimezone(UTC)
 
 
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One row to append, as :func:`audit_append_many` takes it."""
+
+    actor: Actor
+    kind: AuditKind
+    subject_type: str
+    subject_id: str | int
+    payload: Mapping[str, Any]
+
+
+def _checked(entry: AuditEntry) -> dict[str, Any]:
+    """The row's fields but seq and hashes, validated and canonical (before the chain lock: a bad
+    row fails without holding up other writers)."""
+    kind = AuditKind(entry.kind)
+    subject_id = str(entry.subject_id)
+    actor = entry.actor
+    if actor.type not in ActorType.values:
+        raise ValueError(f"unknown actor type {actor.type!r}")
+    for name, value in (("actor id", actor.id), ("subject_type", entry.subject_type), ("subject_id", subject_id)):
+        _require_short(name, value)
+    if not isinstance(entry.payload, Mapping):
+        raise TypeError(f"audit payload must be a mapping, got {type(entry.payload).__name__}")
+    return {
+        "actor_type": str(actor.type),
+        "actor_id": actor.id,
+        "kind": int(kind),
+        "subject_type": entry.subject_type,
+        "subject_id": subject_id,
+        "payload": chain.canonical_json(dict(entry.payload)),
+    }
+
+
+def _insert_rows(rows: list[dict[str, Any]]) -> list[int]:
+    """Link ``rows`` to the chain tip and insert them in one statement; returns their ids.
+
+    Raw SQL: every audited write in the deployment passes here, and the ORM's query building
+    would cost more than the statements themselves.
+    """
+    tip = _tip_in_this_transaction()
+    with connection.cursor() as cursor:
+        if tip is None:
+            tip = _lock_and_read_tip(cursor)
+        seq, prev_hash = tip
+        params: list[Any] = []
+        for fields in rows:
+            seq += 1
+            fields["time"] = _now()
+            fields["seq"], fields["prev_hash"] = seq, prev_hash
+            fields["hash"] = prev_hash = chain.row_hash(**fields)
+            params += [seq, connection.ops.adapt_datetimefield_value(fields["time"]), fields["actor_type"],
+                       fields["actor_id"], fields["kind"], fields["subject_type"], fields["subject_id"],
+                       fields["payload"], fields["prev_hash"], fields["hash"]]
+        values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
+        cursor.execute(
+            "INSERT INTO audit_auditevent (seq, time, actor_type, actor_id, kind, subject_type, subject_id, "  # noqa: S608 - placeholders only
+            f"payload, prev_hash, hash) VALUES {values} RETURNING id",
+            params,
+        )
+        ids = sorted(int(row[0]) for row in cursor.fetchall())
+    transaction.on_commit(_TipMarker(seq, prev_hash))
+    return ids
+
+
 def audit_append(
     *,
     actor: Actor,
@@ -106,47 +175,25 @@ def audit_append(
     """
     if not connection.in_atomic_block:
         raise AuditOutsideTransaction("audit_append must run inside the transaction it records")
-    kind = AuditKind(kind)
-    subject_id = str(subject_id)
-    if actor.type not in ActorType.values:
-        raise ValueError(f"unknown actor type {actor.type!r}")
-    for name, value in (("actor id", actor.id), ("subject_type", subject_type), ("subject_id", subject_id)):
-        _require_short(name, value)
-    if not isinstance(payload, Mapping):
-        raise TypeError(f"audit payload must be a mapping, got {type(payload).__name__}")
-    # Canonicalise before taking the lock: a bad payload fails without holding up other writers.
-    body = chain.canonical_json(dict(payload))
+    fields = _checked(AuditEntry(actor, kind, subject_type, subject_id, payload))
+    (row_id,) = _insert_rows([fields])
+    return AuditEvent(pk=row_id, **fields)
 
-    tip = _tip_in_this_transaction()
-    if tip is None:
-        _serialise_appends()
-    fields: dict[str, Any] = {
-        "time": _now(),
-        "actor_type": str(actor.type),
-        "actor_id": actor.id,
-        "kind": int(kind),
-        "subject_type": subject_type,
-        "subject_id": subject_id,
-        "payload": body,
-    }
-    # Raw SQL: every audited write in the deployment passes here, and the ORM's query building
-    # would cost more than the statements themselves.
-    with connection.cursor() as cursor:
-        if tip is None:
-            cursor.execute("SELECT seq, hash FROM audit_auditevent ORDER BY seq DESC LIMIT 1")
-            row = cursor.fetchone()
-            tip = (int(row[0]), row[1]) if row else (0, GENESIS)
-        fields["seq"], fields["prev_hash"] = tip[0] + 1, tip[1]
-        digest = chain.row_hash(**fields)
-        cursor.execute(
-            "INSERT INTO audit_auditevent (seq, time, actor_type, actor_id, kind, subject_type, subject_id, "
-            "payload, prev_hash, hash) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
-            [fields["seq"], connection.ops.adapt_datetimefield_value(fields["time"]), fields["actor_type"],
-             fields["actor_id"], fields["kind"], subject_type, subject_id, body, fields["prev_hash"], digest],
-        )
-        row_id = cursor.fetchone()[0]
-    transaction.on_commit(_TipMarker(fields["seq"], digest))
-    return AuditEvent(pk=row_id, hash=digest, **fields)
+
+def audit_append_many(entries: Sequence[AuditEntry]) -> None:
+    """Append ``entries`` in order, inside the caller's transaction, as one INSERT: what a store
+    transaction that records several changes at once uses (same chain, same lock, same checks as
+    :func:`audit_append`, one statement instead of one per row).
+
+    Raises:
+        AuditOutsideTransaction: no transaction is open.
+        ValueError / TypeError: as :func:`audit_append`; nothing is written then.
+    """
+    if not connection.in_atomic_block:
+        raise AuditOutsideTransaction("audit_append_many must run inside the transaction it records")
+    rows = [_checked(entry) for entry in entries]
+    if rows:
+        _insert_rows(rows)
 
 
 def chain_head_record(*, actor: Actor) -> ChainHead:

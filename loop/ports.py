@@ -19,12 +19,27 @@ class Clock(Protocol):
     def now(self) -> datetime: ...
 
 
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """One audit row as the store hands it to :meth:`AuditSink.append_many`."""
+
+    label: str
+    principal: str
+    subject_type: str
+    subject_id: str
+    payload: Mapping[str, Any]
+
+
 class AuditSink(Protocol):
-    """Appends one audit row inside the caller's transaction. ``label`` is a dotted kind label."""
+    """Appends audit rows inside the caller's transaction. ``label`` is a dotted kind label."""
 
     def append(
         self, label: str, *, principal: str, subject_type: str, subject_id: str, payload: Mapping[str, Any]
     ) -> None: ...
+
+    def append_many(self, records: Sequence[AuditRecord]) -> None:
+        """``records`` in order, as ``append`` would write them one by one (one statement if it can)."""
+        ...
 
 
 class EventBus(Protocol):
