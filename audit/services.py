@@ -93,7 +93,7 @@ def _now() -> datetime:
 
 @dataclass(frozen=True, slots=True)
 class AuditEntry:
-    """One row to append, as :func:`audit_append_many` takes it."""
+    """One row to append, as :func:`audit_append_statement` takes it."""
 
     actor: Actor
     kind: AuditKind
@@ -124,35 +124,32 @@ def _checked(entry: AuditEntry) -> dict[str, Any]:
     }
 
 
-def _insert_rows(rows: list[dict[str, Any]]) -> list[int]:
-    """Link ``rows`` to the chain tip and insert them in one statement; returns their ids.
+def _linked(rows: list[dict[str, Any]]) -> tuple[str, list[Any]]:
+    """Take the chain lock, link ``rows`` to the tip (seq, time, prev_hash, hash filled in) and
+    return the one INSERT that appends them; this transaction's later appends start from them.
 
     Raw SQL: every audited write in the deployment passes here, and the ORM's query building
     would cost more than the statements themselves.
     """
     tip = _tip_in_this_transaction()
-    with connection.cursor() as cursor:
-        if tip is None:
+    if tip is None:
+        with connection.cursor() as cursor:
             tip = _lock_and_read_tip(cursor)
-        seq, prev_hash = tip
-        params: list[Any] = []
-        for fields in rows:
-            seq += 1
-            fields["time"] = _now()
-            fields["seq"], fields["prev_hash"] = seq, prev_hash
-            fields["hash"] = prev_hash = chain.row_hash(**fields)
-            params += [seq, connection.ops.adapt_datetimefield_value(fields["time"]), fields["actor_type"],
-                       fields["actor_id"], fields["kind"], fields["subject_type"], fields["subject_id"],
-                       fields["payload"], fields["prev_hash"], fields["hash"]]
-        values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
-        cursor.execute(
-            "INSERT INTO audit_auditevent (seq, time, actor_type, actor_id, kind, subject_type, subject_id, "  # noqa: S608 - placeholders only
-            f"payload, prev_hash, hash) VALUES {values} RETURNING id",
-            params,
-        )
-        ids = sorted(int(row[0]) for row in cursor.fetchall())
+    seq, prev_hash = tip
+    params: list[Any] = []
+    for fields in rows:
+        seq += 1
+        fields["time"] = _now()
+        fields["seq"], fields["prev_hash"] = seq, prev_hash
+        fields["hash"] = prev_hash = chain.row_hash(**fields)
+        params += [seq, connection.ops.adapt_datetimefield_value(fields["time"]), fields["actor_type"],
+                   fields["actor_id"], fields["kind"], fields["subject_type"], fields["subject_id"],
+                   fields["payload"], fields["prev_hash"], fields["hash"]]
+    # Dropped with the transaction (or savepoint) if it rolls back, so it never names an undone row.
     transaction.on_commit(_TipMarker(seq, prev_hash))
-    return ids
+    values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
+    return ("INSERT INTO audit_auditevent (seq, time, actor_type, actor_id, kind, subject_type, subject_id, "  # noqa: S608 - placeholders only
+            f"payload, prev_hash, hash) VALUES {values}", params)
 
 
 def audit_append(
@@ -176,24 +173,30 @@ def audit_append(
     if not connection.in_atomic_block:
         raise AuditOutsideTransaction("audit_append must run inside the transaction it records")
     fields = _checked(AuditEntry(actor, kind, subject_type, subject_id, payload))
-    (row_id,) = _insert_rows([fields])
+    statement, params = _linked([fields])
+    with connection.cursor() as cursor:
+        cursor.execute(f"{statement} RETURNING id", params)
+        row_id = cursor.fetchone()[0]
     return AuditEvent(pk=row_id, **fields)
 
 
-def audit_append_many(entries: Sequence[AuditEntry]) -> None:
-    """Append ``entries`` in order, inside the caller's transaction, as one INSERT: what a store
-    transaction that records several changes at once uses (same chain, same lock, same checks as
-    :func:`audit_append`, one statement instead of one per row).
+def audit_append_statement(entries: Sequence[AuditEntry]) -> tuple[str, list[Any]]:
+    """The one INSERT that appends ``entries`` in order, for the caller to run in this transaction
+    before it commits, alone or as part of a larger statement (the kernel store sends it with its
+    own rows: one round trip for both).
+
+    Same chain, lock and checks as :func:`audit_append`: the chain lock is taken and the tip read
+    here, and the rows are linked to it. Run nothing else that appends before the statement has
+    run. Returns ``("", [])`` for no entries.
 
     Raises:
         AuditOutsideTransaction: no transaction is open.
-        ValueError / TypeError: as :func:`audit_append`; nothing is written then.
+        ValueError / TypeError: as :func:`audit_append`; nothing is locked or written then.
     """
     if not connection.in_atomic_block:
-        raise AuditOutsideTransaction("audit_append_many must run inside the transaction it records")
+        raise AuditOutsideTransaction("audit_append_statement must run inside the transaction it records")
     rows = [_checked(entry) for entry in entries]
-    if rows:
-        _insert_rows(rows)
+    return _linked(rows) if rows else ("", [])
 
 
 def chain_head_record(*, actor: Actor) -> ChainHead:

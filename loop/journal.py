@@ -80,8 +80,7 @@ class Journal:
             _local.batch = batch = _Batch()
             try:
                 yield
-                self._flush_rows(batch)
-                self._flush_audits(batch)
+                self._flush_rows(batch, audit=self._audit_statement(batch))
             finally:
                 _local.batch = None
 
@@ -201,15 +200,16 @@ class Journal:
             self._flush_rows(batch)
 
     @staticmethod
-    def _flush_rows(batch: _Batch) -> None:
+    def _flush_rows(batch: _Batch, audit: tuple[str, list[Any]] = ("", [])) -> None:
         sessions: dict[int, dict[str, int]] = {sid: dict(columns) for sid, columns in batch.counters.items()}
         for session_id, last in batch.last_seq.items():
             if batch.written_seq.get(session_id) != last:
                 sessions.setdefault(session_id, {})["last_seq"] = last
-        if not (batch.rows or batch.writes or sessions):
+        writes = [*batch.writes, *([batch_sql.Write(("audit", 0), *audit)] if audit[0] else [])]
+        if not (batch.rows or writes or sessions):
             return
         with sql.cursor() as cursor:
-            inserted = batch_sql.flush(cursor, batch.rows, sessions, batch.writes)
+            inserted = batch_sql.flush(cursor, batch.rows, sessions, writes)
         if inserted != len(batch.rows):
             raise PersistError(f"{len(batch.rows) - inserted} of {len(batch.rows)} rows repeat a stored idempotency "
                                "key", code="idempotency_conflict")
@@ -217,14 +217,17 @@ class Journal:
         batch.written_seq.update(batch.last_seq)
 
     @staticmethod
-    def _flush_audits(batch: _Batch) -> None:
-        while batch.audits:
-            sink = batch.audits[0][0]
-            run = 0
-            while run < len(batch.audits) and batch.audits[run][0] is sink:
-                run += 1
-            sink.append_many([record for _sink, record in batch.audits[:run]])
-            batch.audits = batch.audits[run:]
+    def _audit_statement(batch: _Batch) -> tuple[str, list[Any]]:
+        """The batch's audit rows as one statement (their sink takes the chain lock and links them)."""
+        if not batch.audits:
+            return "", []
+        sinks = {id(sink) for sink, _record in batch.audits}
+        if len(sinks) > 1:  # stores over different sinks in one transaction: each appends its own, in order
+            for sink, record in batch.audits:
+                sink.append(record.label, principal=record.principal, subject_type=record.subject_type,
+                            subject_id=record.subject_id, payload=record.payload)
+            return "", []
+        return batch.audits[0][0].append_statement([record for _sink, record in batch.audits])
 
     def wake(self, session_id: int, last_seq: int) -> None:
         """Wake the session's viewers once the transaction commits (never before: a viewer must

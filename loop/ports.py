@@ -21,7 +21,7 @@ class Clock(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class AuditRecord:
-    """One audit row as the store hands it to :meth:`AuditSink.append_many`."""
+    """One audit row as the store hands it to :meth:`AuditSink.append_statement`."""
 
     label: str
     principal: str
@@ -37,8 +37,10 @@ class AuditSink(Protocol):
         self, label: str, *, principal: str, subject_type: str, subject_id: str, payload: Mapping[str, Any]
     ) -> None: ...
 
-    def append_many(self, records: Sequence[AuditRecord]) -> None:
-        """``records`` in order, as ``append`` would write them one by one (one statement if it can)."""
+    def append_statement(self, records: Sequence[AuditRecord]) -> tuple[str, list[Any]]:
+        """``records`` in order, as ``append`` would write them one by one: returns the one SQL
+        statement (and its parameters) that the store runs in this transaction before it commits,
+        or ``("", [])`` when the sink keeps nothing in the database."""
         ...
 
 

@@ -17,7 +17,7 @@ from loop.sql.events import EventRow
 
 
 class Write(NamedTuple):
-    """One UPDATE of one row whose result nobody reads."""
+    """One statement whose result nobody reads: an UPDATE of one row, or the audit rows' INSERT."""
 
     row: tuple[str, int]  # (what, id): a statement changes a row at most once
     sql: str

@@ -7,7 +7,7 @@ from typing import Any
 
 from audit.actors import Actor
 from audit.kinds import kind_for_label
-from audit.services import AuditEntry, audit_append, audit_append_many
+from audit.services import AuditEntry, audit_append, audit_append_statement
 from loop.ports import AuditRecord
 
 
@@ -20,8 +20,8 @@ class AuditChainSink:
             subject_id=subject_id, payload=payload,
         )
 
-    def append_many(self, records: Sequence[AuditRecord]) -> None:
-        audit_append_many([
+    def append_statement(self, records: Sequence[AuditRecord]) -> tuple[str, list[Any]]:
+        return audit_append_statement([
             AuditEntry(actor=Actor.parse(r.principal), kind=kind_for_label(r.label), subject_type=r.subject_type,
                        subject_id=r.subject_id, payload=r.payload)
             for r in records

@@ -41,10 +41,11 @@ class MemoryAuditSink:
         with self._lock:
             self.rows.append(AuditRow(label, principal, subject_type, subject_id, dict(payload)))
 
-    def append_many(self, records: Sequence[AuditRecord]) -> None:
+    def append_statement(self, records: Sequence[AuditRecord]) -> tuple[str, list[Any]]:
         with self._lock:
             self.rows.extend(AuditRow(r.label, r.principal, r.subject_type, r.subject_id, dict(r.payload))
                              for r in records)
+        return "", []
 
     def labels(self, subject_type: str | None = None) -> list[str]:
         return [row.label for row in self.rows if subject_type is None or row.subject_type == subject_type]
