@@ -134,7 +134,8 @@ def summary(results: dict[str, Result | str]) -> str:
     row("events persisted per second", lambda r: f"{r.events_per_s:,.0f}", ">= 1,500 postgresql")
     row("session events per turn", lambda r: f"{r.events / r.turns:.1f}")
     row("audit rows per turn", lambda r: f"{r.audit_rows_per_turn:.1f}")
-    row("statements per turn (round trips)", lambda r: str(r.queries_per_turn), "pinned: tests/skald/test_turn_statements.py")
+    row("statements per turn (round trips)", lambda r: str(r.queries_per_turn),
+        "pinned by tests/skald/test_turn_statements.py")
     row("commits per turn", lambda r: str(r.query_kinds.get("COMMIT", 0)))
     row("commit floor (probe x commits)",
         lambda r: f"{r.commit_ms * r.query_kinds.get('COMMIT', 0):.2f} ms")
