@@ -40,6 +40,7 @@ class _Batch:
     audits: list[tuple[AuditSink, AuditRecord]] = field(default_factory=list)
     counters: dict[int, dict[str, int]] = field(default_factory=dict)  # session → other counters to set
     writes: list[batch_sql.Write] = field(default_factory=list)
+    wakes: dict[int, int] = field(default_factory=dict)  # session → last seq to wake its viewers for
     written_seq: dict[int, int] = field(default_factory=dict)  # session → last_seq as stored
 
 
@@ -81,6 +82,8 @@ class Journal:
             try:
                 yield
                 self._flush_rows(batch, audit=self._audit_statement(batch))
+                for session_id, last_seq in batch.wakes.items():  # one wake per session, not per row
+                    self._wake_on_commit(session_id, last_seq)
             finally:
                 _local.batch = None
 
@@ -231,5 +234,12 @@ class Journal:
 
     def wake(self, session_id: int, last_seq: int) -> None:
         """Wake the session's viewers once the transaction commits (never before: a viewer must
-        find the rows it is woken for)."""
+        find the rows it is woken for). A batch wakes each session once, for its last row."""
+        batch = _current()
+        if batch is not None:
+            batch.wakes[session_id] = max(last_seq, batch.wakes.get(session_id, 0))
+            return
+        self._wake_on_commit(session_id, last_seq)
+
+    def _wake_on_commit(self, session_id: int, last_seq: int) -> None:
         transaction.on_commit(lambda: self.bus.committed(session_id, last_seq))

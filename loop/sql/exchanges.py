@@ -66,20 +66,46 @@ def admission_clash(session_id: int, request_key: str) -> Exchange | None:
             .order_by("-number").first())
 
 
+def _insert_parts(obj: Exchange | Frame, *, skip: str = "") -> tuple[list[str], list[Any]]:
+    """An unsaved row's columns and values as the ORM would insert them (defaults, JSON, times)."""
+    fields = [f for f in obj._meta.concrete_fields if not f.primary_key and f.column != skip]
+    return ([connection.ops.quote_name(str(f.column)) for f in fields],
+            [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields])
+
+
 def create_exchange(
     session: Session, *, request_key: str, content: str, config: Mapping[str, Any], claim_token: str, now: datetime,
     lease_until: datetime,
 ) -> Exchange:
-    """The session's next exchange with its root frame (``exchange.root``); the session is locked."""
-    number = session.exchange_count + 1  # the caller stores it in the session row
-    exchange = Exchange.objects.create(
+    """The session's next exchange with its root frame (``exchange.root``); the session is locked
+    and the caller stores the new ``exchange_count``. One statement on PostgreSQL, two on SQLite."""
+    number = session.exchange_count + 1
+    exchange = Exchange(
         session_id=session.pk, number=number, request_key=request_key, input=content, status=ExchangeStatus.OPEN,
         config=dict(config), created_at=now, budget_tokens=config.get("budget_tokens"), claim_token=claim_token,
         claimed_at=now if claim_token else None, lease_until=lease_until if claim_token else None,
     )
-    exchange.root = Frame.objects.create(  # type: ignore[attr-defined]
-        session_id=session.pk, exchange=exchange, depth=0, agent=session.agent, created_at=now
-    )
+    frame = Frame(session_id=session.pk, depth=0, agent=session.agent, created_at=now)
+    columns, values = _insert_parts(exchange)
+    frame_columns, frame_values = _insert_parts(frame, skip="exchange_id")
+    marks, frame_marks = ", ".join(["%s"] * len(values)), ", ".join(["%s"] * len(frame_values))
+    insert_exchange = f"INSERT INTO loop_exchange ({', '.join(columns)}) VALUES ({marks}) RETURNING id"
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                f"WITH x AS ({insert_exchange}) INSERT INTO loop_frame ({', '.join(frame_columns)}, exchange_id) "
+                f"SELECT {frame_marks}, x.id FROM x RETURNING exchange_id, id", [*values, *frame_values])
+            exchange.pk, frame.pk = cursor.fetchone()
+        else:
+            cursor.execute(insert_exchange, values)
+            exchange.pk = cursor.fetchone()[0]
+            cursor.execute(f"INSERT INTO loop_frame ({', '.join(frame_columns)}, exchange_id) VALUES ({frame_marks}, "
+                           "%s) RETURNING id", [*frame_values, exchange.pk])
+            frame.pk = cursor.fetchone()[0]
+    for saved in (exchange, frame):
+        saved._state.adding, saved._state.db = False, connection.alias
+    frame.exchange = exchange
+    exchange.root = frame  # type: ignore[attr-defined]
     return exchange
 
 

@@ -21,7 +21,7 @@ from bench.kernel import bench_provider, build_env, create_session, run_turn
 from loop.models import SessionEvent
 
 # Per database: every statement the exchange sends, BEGIN and COMMIT included (was 48 and 45).
-STATEMENTS = {"sqlite": 41, "postgresql": 28}
+STATEMENTS = {"sqlite": 41, "postgresql": 27}
 COMMITS = 4  # admission + claim, message end + intent, the result, the last turn + settlement
 
 
