@@ -12,9 +12,9 @@ settlement), p50/p99 admission→settled (the exchange rows' own timestamps), an
 lock as the workers saw it: a sampler reads ``pg_stat_activity`` every 10 ms and counts, of the
 samples in which a worker's backend was inside a transaction, the share waiting for the chain's
 advisory lock (and for any other lock: the session row). Then the memory line: RSS of every
-qcluster process after 100 and after ``--rss-exchanges`` (default 1,000) exchanges on few sessions,
-so the history grows; django-q2 recycles a worker after 500 tasks (its default), reported as a
-pid change.
+qcluster worker after 100 and after ``--rss-exchanges`` (default 1,000) exchanges on 4 sessions,
+so the history grows (``SKALD_Q_RECYCLE`` keeps django-q2 from replacing the worker meanwhile; its
+default replaces a worker after 500 tasks).
 
 Run: ``python -m bench.scale`` (``--k 1,8,32 --w 1,2,4``). The database is
 ``BENCH_SCALE_DATABASE_URL`` (default ``…/skald_bench_scale``, recreated), Redis
@@ -88,11 +88,13 @@ class Report:
 # --- the environment --------------------------------------------------------------------------
 
 
-def _env(var_dir: Path, workers: int) -> dict[str, str]:
+def _env(var_dir: Path, workers: int, recycle: int = 0) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(_HERMETIC_PREFIXES)}
     env.update(DATABASE_URL=DATABASE_URL, REDIS_URL=REDIS_URL, SKALD_VAR_DIR=str(var_dir), SKALD_DEBUG="0",
                SKALD_LOG_LEVEL="WARNING", SKALD_SECRET_KEY="bench-scale-secret-key-" + "x" * 40,
                SKALD_Q_WORKERS=str(workers), DJANGO_SETTINGS_MODULE="skald.settings")
+    if recycle:
+        env["SKALD_Q_RECYCLE"] = str(recycle)
     return env
 
 
@@ -138,10 +140,10 @@ def seed() -> Any:
 class Workers:
     """``manage.py qcluster`` with W workers, in its own process group."""
 
-    def __init__(self, var_dir: Path, workers: int) -> None:
+    def __init__(self, var_dir: Path, workers: int, recycle: int = 0) -> None:
         self.log = open(var_dir / f"qcluster-{workers}.log", "wb")  # closed in stop()
         self.process = subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=BASE_DIR,
-                                        env=_env(var_dir, workers), stdout=self.log, stderr=subprocess.STDOUT,
+                                        env=_env(var_dir, workers, recycle), stdout=self.log, stderr=subprocess.STDOUT,
                                         start_new_session=True)
 
     def pids(self) -> list[int]:
@@ -159,6 +161,15 @@ class Workers:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
         self.log.close()
+
+
+def cpu_ticks(pid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    fields = stat[stat.rindex(")") + 2:].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
 
 
 def rss_kb(pid: int) -> int:
@@ -262,20 +273,24 @@ def measure_point(user: Any, k: int, w: int) -> Point:
 
 
 def measure_rss(user: Any, var_dir: Path, exchanges: int) -> dict[str, Any]:
-    """RSS of every qcluster process (W=1) after 100 and after ``exchanges`` exchanges on 4 sessions."""
+    """RSS of the qcluster's one worker (W=1, never recycled during the run) after 100 and after
+    ``exchanges`` exchanges on 4 sessions. The worker is the process that spent the most CPU."""
     from skald.sessions.services import session_create
 
-    workers = Workers(var_dir, 1)
+    workers = Workers(var_dir, 1, recycle=exchanges * 10)
     try:
         sessions = [session_create(user=user, agent="bench", title=f"rss-{i}") for i in range(4)]
         drive(user, sessions, 100)
-        first = {pid: rss_kb(pid) for pid in workers.pids()}
+        first = {pid: (rss_kb(pid), cpu_ticks(pid)) for pid in workers.pids()}
         drive(user, sessions, exchanges - 100)
-        last = {pid: rss_kb(pid) for pid in workers.pids()}
+        last = {pid: (rss_kb(pid), cpu_ticks(pid)) for pid in workers.pids()}
     finally:
         workers.stop()
-    return {"exchanges": exchanges, "after_100_kb": first, f"after_{exchanges}_kb": last,
-            "max_after_100_kb": max(first.values()), f"max_after_{exchanges}_kb": max(last.values()),
+    worker = max(last, key=lambda pid: last[pid][1] - first.get(pid, (0, 0))[1])
+    return {"exchanges": exchanges, "worker_pid": worker, "worker_after_100_kb": first.get(worker, (0, 0))[0],
+            f"worker_after_{exchanges}_kb": last[worker][0],
+            "all_after_100_kb": {pid: v[0] for pid, v in first.items()},
+            f"all_after_{exchanges}_kb": {pid: v[0] for pid, v in last.items()},
             "recycled": sorted(set(first) ^ set(last))}
 
 
@@ -292,9 +307,9 @@ def table(report: Report) -> str:
                      f"{p.chain_wait_share:>10.1%} {p.other_lock_share:>10.1%} {p.tx_samples:>11}")
     if report.rss:
         n = report.rss["exchanges"]
-        lines.append(f"RSS, largest qcluster process: {report.rss['max_after_100_kb'] / 1024:.1f} MiB after 100 "
-                     f"exchanges, {report.rss[f'max_after_{n}_kb'] / 1024:.1f} MiB after {n}"
-                     + (f" (recycled pids: {report.rss['recycled']})" if report.rss["recycled"] else ""))
+        lines.append(f"RSS of the worker (W=1, not recycled): {report.rss['worker_after_100_kb'] / 1024:.1f} MiB "
+                     f"after 100 exchanges, {report.rss[f'worker_after_{n}_kb'] / 1024:.1f} MiB after {n}"
+                     + (f" (pids replaced meanwhile: {report.rss['recycled']})" if report.rss["recycled"] else ""))
     lines.append("chain wait = share of the samples of a worker backend inside a transaction in which it waited "
                  "for the audit chain's advisory lock; other lock = waiting for any other lock.")
     return "\n".join(lines)
