@@ -58,6 +58,11 @@ class ChannelsBus:
         layer = get_channel_layer()
         if layer is None:
             return
+        # The embedded layer in a process without consumers (a worker) sends its datagrams right
+        # here: no hop to the background loop's thread on the turn's path.
+        send_now = getattr(layer, "group_send_now", None)
+        if send_now is not None and send_now(session_group(session_id), message):
+            return
         _submit(layer.group_send(session_group(session_id), message))
 
     def committed(self, session_id: int, last_seq: int) -> None:
