@@ -5,14 +5,12 @@ and which item comes next. Reads only; the decision itself goes through the serv
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import Model
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -20,6 +18,7 @@ from django.utils.html import format_html, format_html_join
 from approvals.engine import Decision
 from approvals.models import ApprovalRule, ApprovalStatus, PendingApproval
 from approvals.policy import decide
+from skald.core.admin import admin_may_view
 from skald.models import Case, Run
 
 RESULT_WORDS = {"match": "matches", "no_match": "does not match", "skipped": "skipped (disabled)"}
@@ -75,24 +74,20 @@ def trace_rows(decision: Decision, *, rules_open: bool) -> list[TraceRow]:
     return rows
 
 
-def _opens(request: HttpRequest, site: admin.AdminSite, model: type[Model]) -> bool:
-    model_admin = site._registry.get(model)
-    return bool(model_admin and model_admin.has_view_permission(request))
-
-
 def decision_context(request: HttpRequest, site: admin.AdminSite, approval: PendingApproval) -> dict[str, Any]:
     run: Run | None = Run.objects.filter(session_id=approval.session_id).select_related("case").first()
     decision = decide(tool=approval.tool, args=approval.args, user_id=approval.requested_by_id,
                       agent=approval.session.agent)
-    rules_open = _opens(request, site, ApprovalRule)
+    rules_open = admin_may_view(request, site, ApprovalRule)
     members = list(PendingApproval.objects.filter(session_id=approval.session_id, batch=approval.batch)
                    .select_related("resolved_by").order_by("tool_call_id"))
     return {
         "run": run,
         "case": run.case if run else None,
-        "run_url": reverse("admin:skald_run_change", args=[run.pk]) if run and _opens(request, site, Run) else "",
-        "case_url": reverse("admin:skald_case_change", args=[run.case_id]) if run and _opens(request, site, Case)
-        else "",
+        "run_url": reverse("admin:skald_run_change", args=[run.pk])
+        if run and admin_may_view(request, site, Run) else "",
+        "case_url": reverse("admin:skald_case_change", args=[run.case_id])
+        if run and admin_may_view(request, site, Case) else "",
         "agent": approval.session.agent,
         "requester": approval.requested_by.get_username() if approval.requested_by else "—",
         "rule_text": rule_sentence(approval.rule_snapshot or {}),
@@ -112,11 +107,3 @@ def next_pending(*, after: PendingApproval) -> PendingApproval | None:
     pending = PendingApproval.objects.filter(status=ApprovalStatus.PENDING).exclude(pk=after.pk)
     same_batch = pending.filter(session_id=after.session_id, batch=after.batch).order_by("tool_call_id").first()
     return same_batch or pending.order_by("created_at", "tool_call_id").first()
-
-
-def queue_signature() -> str:
-    """Changes whenever a call is parked or resolved (ids and states of the pending queue)."""
-    pending = PendingApproval.objects.filter(status=ApprovalStatus.PENDING)
-    ids = list(pending.order_by("pk").values_list("pk", flat=True))
-    latest = PendingApproval.objects.order_by("-pk").values_list("pk", "status").first()
-    return hashlib.sha256(json.dumps([ids, latest]).encode()).hexdigest()[:16]

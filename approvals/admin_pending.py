@@ -14,19 +14,20 @@ from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.timesince import timesince
 
-from approvals.admin_decide import decision_context, diff_html, next_pending, queue_signature, rule_sentence
+from approvals.admin_decide import decision_context, diff_html, next_pending, rule_sentence
 from approvals.models import ApprovalStatus, PendingApproval
 from approvals.services import pending_approval_resolve
 from skald.core.admin import ReadOnlyAdmin
 from skald.core.clock import now
 from skald.core.errors import SkaldError
+from skald.core.text import clip_to_line
 
 RESOLVED = [ApprovalStatus.APPROVED, ApprovalStatus.REJECTED, ApprovalStatus.EXPIRED, ApprovalStatus.CANCELLED]
 
@@ -113,7 +114,7 @@ class PendingApprovalAdmin(ReadOnlyAdmin):  # parked calls change only through t
 
     @admin.display(description="reason")
     def reason_short(self, obj: PendingApproval) -> str:
-        return obj.reason if len(obj.reason) <= 80 else obj.reason[:79] + "…"
+        return clip_to_line(obj.reason, 80)
 
     @admin.display(description="rule")
     def rule_label(self, obj: PendingApproval) -> str:
@@ -121,10 +122,6 @@ class PendingApprovalAdmin(ReadOnlyAdmin):  # parked calls change only through t
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
         return lookup in {"session", "batch"} or super().lookup_allowed(lookup, value, request)
-
-    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        extra = {"queue_signature_url": reverse("admin:approvals_pendingapproval_signature"), **(extra_context or {})}
-        return super().changelist_view(request, extra_context=extra)
 
     # -- the decision page: context, why, the diff, a sticky decide bar
 
@@ -148,15 +145,8 @@ class PendingApprovalAdmin(ReadOnlyAdmin):  # parked calls change only through t
     def get_urls(self) -> list[URLPattern]:
         prefix = f"{self.opts.app_label}_{self.opts.model_name}"
         wrap = self.admin_site.admin_view
-        own = [path("<int:pk>/resolve/", wrap(self.resolve_view), name=f"{prefix}_resolve"),
-               path("signature/", wrap(self.signature_view), name=f"{prefix}_signature")]
+        own = [path("<int:pk>/resolve/", wrap(self.resolve_view), name=f"{prefix}_resolve")]
         return own + super().get_urls()
-
-    def signature_view(self, request: HttpRequest) -> JsonResponse:
-        """The queue's state in one string: the changelist reloads itself when it changes."""
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        return JsonResponse({"signature": queue_signature()})
 
     def resolve_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         if request.method != "POST":

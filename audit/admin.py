@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from django.apps import apps
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Model, QuerySet
@@ -27,7 +28,7 @@ from audit import admin_present as present
 from audit.actors import Actor
 from audit.models import AuditEvent, ChainHead
 from audit.services import chain_head_export_latest, chain_head_record, chain_verify
-from skald.core.admin import ReadOnlyAdmin
+from skald.core.admin import ReadOnlyAdmin, admin_may_view
 
 
 class _Echo:
@@ -70,7 +71,8 @@ class AuditEventAdmin(ReadOnlyAdmin):
         # Built per request: the subject links only where this viewer may open the page.
         def may_view(label: str) -> bool:
             app_label, model = label.split(".")
-            return bool(request.user.has_perm(f"{app_label}.view_{model}")) or self._opens(request, label)
+            return bool(request.user.has_perm(f"{app_label}.view_{model}")) or admin_may_view(
+                request, self.admin_site, apps.get_model(label))
 
         @admin.display(description="subject")
         def subject(obj: AuditEvent) -> str:
@@ -79,12 +81,6 @@ class AuditEventAdmin(ReadOnlyAdmin):
             return format_html('<a href="{}">{}</a>', url, text) if url else text
 
         return ("seq", "time_seconds", "actor", "summary_line", subject, "short_hash")
-
-    def _opens(self, request: HttpRequest, label: str) -> bool:
-        from django.apps import apps
-
-        model_admin = self.admin_site._registry.get(apps.get_model(label))
-        return bool(model_admin and model_admin.has_view_permission(request))
 
     @admin.display(description="time", ordering="time")
     def time_seconds(self, obj: AuditEvent) -> str:

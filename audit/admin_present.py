@@ -15,6 +15,7 @@ from django.urls import NoReverseMatch, reverse
 
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
+from skald.core.text import clip_to_line
 
 # subject_type → (admin URL name, the app_label.Model whose view permission opens it)
 SUBJECT_PAGES: dict[str, tuple[str, str]] = {
@@ -84,9 +85,9 @@ def summary(row: AuditEvent) -> str:
             value = payload.get(key)
             if value not in (None, "", [], {}):
                 shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-                parts.append(f"{key}={shown[:60]}")
+                parts.append(f"{key}={clip_to_line(shown, 60)}")
     line = kind_words(row.kind) + (" — " + ", ".join(parts) if parts else "")
-    return line if len(line) <= 160 else line[:159] + "…"
+    return clip_to_line(line, 160)
 
 
 def search_filter(term: str, user_ids: Iterable[int]) -> Q:

@@ -230,7 +230,11 @@ def _bad_head(heads: Sequence[HeadLike], key: str | bytes | None) -> tuple[int, 
 
 
 def verify_rows(
-    rows: Iterable[RowLike], heads: Sequence[HeadLike], *, key: str | bytes | None = None
+    rows: Iterable[RowLike],
+    heads: Sequence[HeadLike],
+    *,
+    key: str | bytes | None = None,
+    start: tuple[int, str] = (0, GENESIS),
 ) -> VerifyReport:
     """Verify rows given in ascending ``seq`` order against the recorded heads.
 
@@ -239,6 +243,10 @@ def verify_rows(
     hash equals the recomputed one; every recorded head is still present with its hash; the
     chain is not shorter than the last recorded head. With ``key``, signed heads must carry a
     valid HMAC. Stops at the first problem, which is the lowest bad seq.
+
+    ``start`` resumes after a tip an earlier pass verified, ``(seq, hash)``: ``rows`` then begin
+    at ``seq + 1`` and must link to ``hash``. Heads at or below that seq are the caller's to
+    compare with the stored rows (this pass does not see those rows).
     """
     bad = _bad_head(heads, key)
     if bad is not None:
@@ -246,7 +254,7 @@ def verify_rows(
     expected_hash_at: dict[int, set[str]] = {}
     for head in heads:
         expected_hash_at.setdefault(head.seq, set()).add(head.hash)
-    count, tip_seq, tip_hash = 0, 0, GENESIS
+    count, (tip_seq, tip_hash) = 0, start
 
     def broken(seq: int, reason: str) -> VerifyReport:
         return VerifyReport(False, count, seq, reason, tip_seq, tip_hash)

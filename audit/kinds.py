@@ -1,6 +1,6 @@
 """Audit kinds: one enumeration in numbered bands, each with a stable dotted label.
 
-Bands: 1xx system and audit itself, 2xx loop sessions/exchanges/events, 3xx tool calls, 4xx
+Bands: 1xx system and audit itself (13x identity), 2xx loop sessions/exchanges/events, 3xx tool calls, 4xx
 approvals, 5xx cases and runs, 6xx proposals and knowledge, 7xx policy (hooks, budgets).
 The kernel names kinds by label (it cannot import this module); :func:`kind_for_label` maps them
 and fails loudly on an unknown label.
@@ -16,6 +16,16 @@ class AuditKind(models.IntegerChoices):
     CHAIN_HEAD_RECORDED = 100, "audit.head_recorded"
     DEMO_SEEDED = 110, "system.demo_seeded"
     ROLE_GRANTED = 120, "system.role_granted"
+    # 13x identity: sign-ins, lockouts, token refreshes and revocations, provider-driven roles
+    SIGNED_IN = 130, "identity.signed_in"
+    SIGN_IN_FAILED = 131, "identity.sign_in_failed"
+    LOCKED_OUT = 132, "identity.locked_out"
+    LOCKOUT_LIFTED = 133, "identity.lockout_lifted"
+    TOKEN_REFRESHED = 134, "identity.token_refreshed"
+    SIGNED_OUT = 135, "identity.signed_out"
+    TOKENS_REVOKED = 136, "identity.tokens_revoked"
+    ROLES_FROM_PROVIDER = 137, "identity.roles_from_provider"
+    GROUP_MAPPING_CHANGED = 138, "identity.group_mapping_changed"
     # 2xx loop
     SESSION_CREATED = 200, "loop.session.created"
     EXCHANGE_ADMITTED = 210, "loop.exchange.admitted"
@@ -29,6 +39,8 @@ class AuditKind(models.IntegerChoices):
     FRAME_OPENED = 240, "loop.frame.opened"
     FRAME_CLOSED = 241, "loop.frame.closed"
     SCRATCHPAD_SET = 250, "loop.scratchpad.set"
+    COMPACTION_COMMITTED = 260, "loop.compaction.committed"
+    COMPACTION_PROBED = 261, "loop.compaction.probed"
     # 3xx tool calls
     TOOL_CALL_PLANNED = 300, "loop.tool_call.planned"
     TOOL_CALL_TRANSITION = 301, "loop.tool_call.transition"
@@ -62,6 +74,7 @@ class AuditKind(models.IntegerChoices):
     KNOWLEDGE_VERSIONED = 610, "proposals.knowledge.versioned"
     # 7xx policy
     HOOK_DENIED = 700, "policy.hook.denied"
+    HOOK_ERROR = 701, "policy.hook.error"
     BUDGET_ACCOUNTING_INCOMPLETE = 710, "policy.budget.accounting_incomplete"
     TRIPWIRE_REFUSED = 720, "policy.tripwire.refused"
 
@@ -75,3 +88,17 @@ def kind_for_label(label: str) -> AuditKind:
         return _BY_LABEL[label]
     except KeyError:
         raise KeyError(f"unknown audit kind label {label!r}") from None
+
+
+# The live admin topics a kind's committed row announces (``skald.core.live``): the queues and homes
+# follow approvals, runs and cases, proposals; the auditor's chain panel follows every row of those
+# and the heads. Loop and tool-call rows (2xx, 3xx) announce nothing here: the run page follows them
+# on the session's own websocket.
+_LIVE_TOPICS_BY_BAND: dict[int, tuple[str, ...]] = {
+    1: ("audit",), 4: ("approvals", "audit"), 5: ("runs", "audit"), 6: ("proposals", "audit"),
+}
+
+
+def live_topics(kind: AuditKind) -> tuple[str, ...]:
+    """The live topics a committed row of ``kind`` announces (none for most loop rows)."""
+    return _LIVE_TOPICS_BY_BAND.get(int(kind) // 100, ())

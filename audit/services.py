@@ -13,16 +13,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import connection, transaction
 
 from audit import chain
 from audit.actors import Actor
 from audit.chain import GENESIS
-from audit.kinds import AuditKind
+from audit.kinds import AuditKind, live_topics
 from audit.models import ActorType, AuditEvent, ChainHead
-from audit.selectors import audit_rows_in_chain_order, chain_head_latest, chain_heads
+from audit.selectors import audit_hashes_at, audit_rows_in_chain_order, chain_head_latest, chain_heads
 from skald.core import clock
 from skald.core.errors import NotFound
+from skald.core.live import live_announce_on_commit
 
 # pg_advisory_xact_lock key for appends: "skald" in ASCII, chain number 1. Any change is a
 # deployment-wide event (old and new writers would stop excluding each other).
@@ -44,7 +46,7 @@ def _lock_and_read_tip(cursor: Any) -> tuple[int, str]:
     """Take the chain's write lock until the caller's transaction ends, then read the tip.
 
     PostgreSQL: an advisory transaction lock, taken before the tip is read, so two writers never
-    both extend the same tip; ``audit_chain_tip`` (migration 0005) does both in one round trip.
+    both extend the same tip; ``audit_chain_tip`` (migration 0007) does both in one round trip.
     SQLite: the connection begins every transaction IMMEDIATE, so the database-wide write lock is
     already held. Elsewhere the unique ``seq`` is the last line: a racing writer fails loudly
     instead of forking the chain.
@@ -147,6 +149,10 @@ def _linked(rows: list[dict[str, Any]]) -> tuple[str, list[Any]]:
                    fields["payload"], fields["prev_hash"], fields["hash"]]
     # Dropped with the transaction (or savepoint) if it rolls back, so it never names an undone row.
     transaction.on_commit(_TipMarker(seq, prev_hash))
+    for fields in rows:  # once committed, each row's live topics are announced (skald.core.live)
+        kind = AuditKind(fields["kind"])
+        for topic in live_topics(kind):
+            live_announce_on_commit(topic, kind=kind.label)
     values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
     return ("INSERT INTO audit_auditevent (seq, time, actor_type, actor_id, kind, subject_type, subject_id, "  # noqa: S608 - placeholders only
             f"payload, prev_hash, hash) VALUES {values}", params)
@@ -162,9 +168,10 @@ def audit_append(
 ) -> AuditEvent:
     """Append one row to the chain inside the caller's transaction.
 
-    The row commits or rolls back with the change it records. Call it late in the service's
-    atomic block: the chain lock is held from here until that transaction ends, and every other
-    audited write in the deployment waits for it.
+    The row commits or rolls back with the change it records; once it commits, its live topics
+    (``audit.kinds.live_topics``) are announced to the admin pages that show them
+    (``skald.core.live``). Call it late in the service's atomic block: the chain lock is held from
+    here until that transaction ends, and every other audited write in the deployment waits for it.
 
     Raises:
         AuditOutsideTransaction: no transaction is open.
@@ -268,4 +275,72 @@ def chain_verify(*, exported_head: Mapping[str, Any] | None = None) -> chain.Ver
     if exported_head is not None:
         heads.append(chain.ExportedHead.parse(exported_head))
     key = settings.SKALD_AUDIT_KEY or None
-    return chain.verify_rows(audit_rows_in_chain_order(), heads, key=key)
+    report = chain.verify_rows(audit_rows_in_chain_order(), heads, key=key)
+    if report.ok:
+        _checkpoint_save(VerifiedTip(report.tip_seq, report.tip_hash, clock.now()))
+    return report
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedTip:
+    """The tip the last passing verification reached, and when the whole chain last passed."""
+
+    seq: int
+    hash: str
+    full_at: datetime
+
+
+def chain_verify_incremental() -> tuple[chain.VerifyReport, VerifiedTip | None]:
+    """Verify only what was appended since the last passing verification: its cost follows the
+    new rows, not the chain's length (the auditor's home runs it on every refresh).
+
+    The remembered tip (in the cache, shared by the processes) is trusted only while the stored row
+    at its seq still carries its hash and every recorded head at or below it still matches its row;
+    otherwise, or with nothing remembered, the whole chain is verified. What an incremental pass
+    cannot see: an old row whose content no longer matches its own stored hash while every row
+    after it is untouched (a rewrite that re-hashes forward reaches the remembered tip and is
+    seen). :func:`chain_verify` reads everything and finds that too.
+
+    Returns:
+        The report (``rows`` counts the rows this pass read) and the tip it leaves remembered, whose
+        ``full_at`` says when the whole chain last passed (``None`` when the chain is broken).
+    """
+    last = _checkpoint_load()
+    heads = chain_heads()
+    if last is not None:
+        below = [head for head in heads if head.seq <= last.seq]
+        stored = audit_hashes_at({last.seq} | {head.seq for head in below})
+        if stored.get(last.seq) != last.hash or any(stored.get(head.seq) != head.hash for head in below):
+            last = None
+    if last is None:
+        report = chain_verify()
+        return report, _checkpoint_load() if report.ok else None
+    report = chain.verify_rows(audit_rows_in_chain_order(after=last.seq), heads,
+                               key=settings.SKALD_AUDIT_KEY or None, start=(last.seq, last.hash))
+    if not report.ok:
+        return report, None
+    tip = VerifiedTip(report.tip_seq, report.tip_hash, last.full_at)
+    _checkpoint_save(tip)
+    return report, tip
+
+
+def chain_verified_tip_forget() -> None:
+    """Forget the remembered tip: the next incremental pass verifies the whole chain."""
+    cache.delete(_checkpoint_key())
+
+
+def _checkpoint_key() -> str:
+    # One database, one chain: deployments (and test databases) sharing a cache keep apart.
+    return f"skald:audit:verified-tip:{connection.settings_dict.get('NAME') or ''}"
+
+
+def _checkpoint_load() -> VerifiedTip | None:
+    raw = cache.get(_checkpoint_key())
+    try:
+        return VerifiedTip(int(raw["seq"]), str(raw["hash"]), datetime.fromisoformat(raw["full_at"]))
+    except (TypeError, KeyError, ValueError):
+        return None  # nothing remembered, or not ours: verify everything
+
+
+def _checkpoint_save(tip: VerifiedTip) -> None:
+    cache.set(_checkpoint_key(), {"seq": tip.seq, "hash": tip.hash, "full_at": tip.full_at.isoformat()}, None)

@@ -1,5 +1,7 @@
 """``make bench``: :mod:`bench.kernel` on a fresh SQLite file, then on a fresh PostgreSQL database;
 then :mod:`bench.stream_latency`, event commit → websocket client, in the embedded and Redis profiles;
+then :mod:`bench.compaction` (a 2,000-turn session: request size and per-turn cost at turns 1, 500,
+1,000 and 2,000) on each database;
 then :mod:`bench.scale`, K sessions x W qcluster workers through django-q2 and a worker's RSS;
 then the load test (:mod:`bench.load`) against daphne + 2 qclusters on PostgreSQL + Redis.
 
@@ -36,6 +38,7 @@ SCALE_POSTGRES_URL = os.environ.get("BENCH_SCALE_DATABASE_URL", "postgres://post
 SCALE_TIMEOUT_S = 1500
 BENCH_DIR = BASE_DIR / "var" / "bench"
 STAMP = time.strftime("%Y%m%dT%H%M%S")
+COMPACTION_TIMEOUT_S = 900
 # Variables that would make a run depend on the developer's shell (as in skald.testrun).
 _HERMETIC_PREFIXES = ("BRAIN_GDL_PROVIDER_", "SKALD_", "REDIS_URL", "DATABASE_URL", "BRAIN_ENGINE_")
 
@@ -114,6 +117,17 @@ def stream_summary(results: dict[str, dict[str, object] | str]) -> str:
     return "\n".join(lines)
 
 
+def run_compaction(title: str, env: dict[str, str]) -> str:
+    """One :mod:`bench.compaction` process; its report streams through. Returns an error or ""."""
+    print(f"\n=== Compaction, 2,000 turns: {title} ===", flush=True)
+    try:
+        completed = subprocess.run([sys.executable, "-m", "bench.compaction"], cwd=BASE_DIR, env=env,
+                                   timeout=COMPACTION_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return f"timed out after {COMPACTION_TIMEOUT_S} s"
+    return "" if completed.returncode == 0 else f"failed with exit status {completed.returncode}"
+
+
 def summary(results: dict[str, Result | str]) -> str:
     """The closing table: one column per database, the targets on the right."""
     columns = list(results)
@@ -186,6 +200,10 @@ def main() -> int:
         streams["redis"] = f"unreachable: {problem}" if problem else run_stream(
             "redis", {**_env(Path(tmp) / "stream-redis", STREAM_POSTGRES_URL), "REDIS_URL": STREAM_REDIS_URL},
             Path(tmp) / "stream-r.json")
+        compaction = {"SQLite": run_compaction("SQLite (fresh file, WAL)", _env(Path(tmp) / "c-sqlite"))}
+        if not isinstance(results["PostgreSQL"], str) and not recreate_postgres_database(POSTGRES_URL):
+            compaction["PostgreSQL"] = run_compaction(f"PostgreSQL ({POSTGRES_URL}, recreated)",
+                                                      _env(Path(tmp) / "c-postgres", POSTGRES_URL))
     scale = run_scale()
     print(f"\n=== Summary ({time.perf_counter() - started:.0f} s, load average {load:.2f} at start, "
           f"{os.getloadavg()[0]:.2f} now) ===", flush=True)
@@ -195,6 +213,7 @@ def main() -> int:
     write_json(load, results, streams, scale)
     failed = [name for name, value in [*results.items(), *streams.items(), ("scale", scale)]
               if isinstance(value, str) and not value.startswith("unreachable")]
+    failed += [f"compaction on {name}" for name, problem in compaction.items() if problem]
     if run_load() != 0:
         failed.append("load test")
     return 1 if failed else 0

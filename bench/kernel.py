@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loop.cancellation import CancelToken
+from loop.compaction.extractive import extractive_summary
+from loop.compaction.prompt import is_summary_request
 from loop.outcomes import Completed
 from loop.ports import AgentSpec, GateCall, GateVerdict, ToolContext, TurnScope
 from loop.providers.base import Delta, ProviderRequest, ToolResultMessage
@@ -96,7 +98,10 @@ class TimedProvider:
 
 
 def one_tool_exchange(request: ProviderRequest) -> list[Delta]:
-    """Ask for one ``echo`` call, then answer once its result is in the context."""
+    """Ask for one ``echo`` call, then answer once its result is in the context; asked to compact
+    (a long session crosses the row trigger), write the deterministic extractive summary."""
+    if is_summary_request(request):
+        return text_turn(extractive_summary(request.messages[0].content))
     if request.messages and isinstance(request.messages[-1], ToolResultMessage):
         return text_turn("done")
     return tool_turn(("echo", {"text": "ping"}))

@@ -1,5 +1,10 @@
 """Context assembly: replay (bounded) → window → projection, with a per-process cache so a long
-session reads and converts only its new rows each turn (the replay stays bounded by REPLAY_CAP)."""
+session reads and converts only its new rows each turn (the replay stays bounded by REPLAY_CAP).
+
+The window starts at the latest compaction row, then the verbatim tail it kept, then every row after
+it (:func:`loop.projection.arrange_window`). Each entry carries its size in bytes (the request cap)
+and in tokens (compaction pressure), both counted once per row.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,12 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from loop.compaction.policy import WindowItem
+from loop.compaction.tokens import message_tokens
 from loop.dispatch import message_size
 from loop.events import EventKind
 from loop.masking import mask_text, withhold_credentials
-from loop.projection import EventRow, Folder, ProjectionError, window_start
+from loop.projection import EventRow, Folder, ProjectionError, arrange_window, tail_first_seq
 from loop.providers.base import Message
 from loop.store import Store
 from loop.tripwires import Detector, default_detector
@@ -35,7 +42,26 @@ class _Entry:
     row: EventRow
     message: Message | None
     size: int
+    tokens: int
     opened: tuple[str, ...]
+
+
+class WindowView:
+    """The projected window of one narrative: messages, their size in bytes and tokens, and the
+    rows behind them (what compaction plans over; built only when asked for)."""
+
+    __slots__ = ("_entries", "messages", "rows", "size", "tokens")
+
+    def __init__(self, entries: tuple[_Entry, ...], *, size: int, tokens: int) -> None:
+        self._entries = entries
+        self.messages = tuple(e.message for e in entries if e.message is not None)
+        self.rows = len(entries)
+        self.size = size
+        self.tokens = tokens
+
+    @property
+    def items(self) -> tuple[WindowItem, ...]:
+        return tuple(WindowItem(e.row, e.tokens, e.message) for e in self._entries)
 
 
 @dataclass
@@ -49,24 +75,37 @@ class _Window:
     folder: Folder | None = None
     last_seq: int = 0
     size: int = 0
+    tokens: int = 0
 
     def reset(self) -> None:
         self.entries.clear()
         self.folder = Folder(self.mask, guard=self.guard)
         self.size = 0
+        self.tokens = 0
 
     def feed(self, rows: list[EventRow]) -> None:
         if self.folder is None:
             self.reset()
-        assert self.folder is not None
         for row in rows:
             if row.kind == EventKind.COMPACTION:  # a new boundary: the window restarts at it
+                keep_from = tail_first_seq(row)
+                kept = [entry.row for entry in self.entries if entry.row.seq >= keep_from]
                 self.reset()
-            message, opened = self.folder.add(row, first=not self.entries)
-            size = message_size(message) if message is not None else 0
-            self.entries.append(_Entry(row, message, size, opened))
-            self.size += size
-            self.last_seq = row.seq
+                self._add(row)
+                for tail_row in kept:
+                    self._add(tail_row)
+            else:
+                self._add(row)
+            self.last_seq = max(self.last_seq, row.seq)  # a tail row follows its compaction row
+
+    def _add(self, row: EventRow) -> None:
+        assert self.folder is not None
+        message, opened = self.folder.add(row, first=not self.entries)
+        size = message_size(message) if message is not None else 0
+        tokens = message_tokens(message) if message is not None else 0
+        self.entries.append(_Entry(row, message, size, tokens, opened))
+        self.size += size
+        self.tokens += tokens
 
     def trim(self, cap: int) -> None:
         """Keep at most ``cap`` rows, starting at a user row (a tool group is never split)."""
@@ -75,6 +114,7 @@ class _Window:
         while len(self.entries) > cap or (cut and self.entries and self.entries[0].row.kind != EventKind.USER):
             dropped = self.entries.popleft()
             self.size -= dropped.size
+            self.tokens -= dropped.tokens
             self.folder.seen.difference_update(dropped.opened)
         if cut and not self.entries:
             raise ProjectionError("the replay window holds no user row to start from", code="replay_window_unbounded")
@@ -94,7 +134,13 @@ class ContextBuilder:
 
     def window(self, store: Store, session_id: int, *, narrative: str, cap: int,
                guard: Detector | None = None) -> tuple[tuple[Message, ...], int]:
-        """The messages of the replay window and their size in bytes.
+        """The messages of the replay window and their size in bytes."""
+        view = self.view(store, session_id, narrative=narrative, cap=cap, guard=guard)
+        return view.messages, view.size
+
+    def view(self, store: Store, session_id: int, *, narrative: str, cap: int,
+             guard: Detector | None = None) -> WindowView:
+        """The replay window of ``narrative``, brought up to date with the store.
 
         ``guard`` is the credential detector (the vendored rule set when None). A window folded
         under another rule set (an organisation pattern was added) is folded again.
@@ -109,11 +155,17 @@ class ContextBuilder:
             while len(self._windows) > _CACHE_SESSIONS:
                 self._windows.popitem(last=False)
         try:
-            new_rows, capped = store.replay(session_id, narrative=narrative, cap=cap, after_seq=window.last_seq)
-            if capped or window.folder is None:  # a first look, or more new rows than the cap
+            if window.folder is None:
+                new_rows, capped = store.replay_window(session_id, narrative=narrative, cap=cap)
+            else:
+                new_rows, capped = store.replay(session_id, narrative=narrative, cap=cap, after_seq=window.last_seq)
+                if capped or any(row.kind == EventKind.COMPACTION for row in new_rows):
+                    # More new rows than the cap, or a new boundary: start over from the store.
+                    new_rows, capped = store.replay_window(session_id, narrative=narrative, cap=cap)
+                    window.folder = None
+            if window.folder is None:  # a first look
                 window.reset()
-                if capped:
-                    new_rows = new_rows[window_start(new_rows, capped=True):]
+                new_rows = arrange_window(new_rows, capped=capped)
             window.feed(new_rows)
             window.trim(cap)
             assert window.folder is not None
@@ -121,7 +173,7 @@ class ContextBuilder:
         except ProjectionError:
             self.forget(session_id)
             raise
-        return tuple(e.message for e in window.entries if e.message is not None), window.size
+        return WindowView(tuple(window.entries), size=window.size, tokens=window.tokens)
 
     def forget(self, session_id: int) -> None:
         with self._lock:

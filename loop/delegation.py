@@ -18,6 +18,9 @@ The rules a child runs under, all decided here:
 * **One cancellation tree** — the child's token is the call's token, a child of the parent's; a stop
   reaches every descendant at once and is sticky. A cancelled child cancels its parent's call and
   its parent.
+* **Its own compaction** — the child's turns run the driver's ``model_turn``, so its narrative is
+  compacted on its own, with its own episode (quota, latch); a child past its compaction quota
+  closes its frame with the quota's named row (SPEC L14).
 * **A fresh model** — the caller passes the provider its selection chose; the selection record is
   kept on the child's frame and in its audit row.
 """
@@ -114,8 +117,9 @@ class _ChildDrive(_Drive):
                                          outcome=outcome.name)
 
     def settle(self, outcome: TerminalOutcome) -> TerminalOutcome:
-        self.env.store.close_frame(self.frame, outcome=outcome.name, principal=self.env.principal,
-                                   exchange=self.exchange)
+        # A child past its own compaction quota closes its frame with the quota's named row.
+        self.ending(lambda: self.env.store.close_frame(self.frame, outcome=outcome.name, principal=self.env.principal,
+                                                       exchange=self.exchange))
         return outcome
 
     def park(self, result: RoundResult) -> RunOutcome | None:

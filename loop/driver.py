@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loop.admission import InputRefused, admit_exchange, run_hook
 from loop.budgets import BudgetRefused, DispatchAuthority
 from loop.cancellation import CancelToken
+from loop.compaction.cycle import QUOTA_REASON, EpisodeState, cycle_env, quota_row, run_cycle
 from loop.dispatch import DispatchCanceled, dispatch
 from loop.env import LoopEnv
 from loop.errors import ClaimRefused, InfrastructureError, LoopError, ProviderError
@@ -222,6 +223,8 @@ class _Drive:
     specs: tuple[ToolSpec, ...]
     system: str  # the agent's system prompt, screened once per drive (configuration, not narrative)
     approved: frozenset[int] = frozenset()
+    episode: EpisodeState = field(default_factory=EpisodeState)
+    steps: int = 0  # model turns this frame has had in this exchange (a child's frame starts fresh)
 
     @classmethod
     def start(cls, env: LoopEnv, exchange: Exchange, token: CancelToken, approved: frozenset[int] = frozenset()
@@ -232,7 +235,9 @@ class _Drive:
         if env.discovery is not None:
             env.discovery.offered(specs)
         system = withhold_credentials(env.agent.system_prompt, what="system prompt", detector=env.detector)
-        return cls(env, exchange, env.store.root_frame(exchange), authority, token, specs, system, approved)
+        frame = env.store.root_frame(exchange)
+        steps = env.store.frame_turns(exchange.pk, narrative=frame.narrative) if exchange.turns else 0
+        return cls(env, exchange, frame, authority, token, specs, system, approved, steps=steps)
 
     def first_turn(self) -> int:
         """The turns this frame has had already (a resumed exchange goes on counting)."""
@@ -254,16 +259,29 @@ class _Drive:
         return AwaitingHuman(call_keys=tuple(call.call_key for call, _ in entries), question=question)
 
     def model_turn(self, turn: int) -> AssembledTurn | TerminalOutcome:
-        """Context, then one provider call through the dispatch seam: the turn, or why there is none."""
+        """Compaction at the idle boundary, context, then one provider call through the dispatch
+        seam: the turn, or why there is none."""
         env, exchange = self.env, self.exchange
-        messages, size = env.context.window(env.store, exchange.session_id, narrative=env.narrative,
-                                            cap=env.bounds.replay_cap, guard=env.detector)
-        request = ProviderRequest(system=self.system, messages=messages, tools=self.specs,
-                                  metadata={"session": exchange.session_id, "exchange": exchange.number, "turn": turn,
-                                            "narrative": self.frame.narrative})
         try:
-            return dispatch(env.provider, request, authority=self.authority, cancel=self.token,
-                            request_cap=env.bounds.request_cap, on_text=self._live_text(turn), messages_size=size)
+            cycle = run_cycle(cycle_env(env), exchange, self.episode, authority=self.authority, cancel=self.token)
+            if cycle.status == "quota_exhausted":
+                return BudgetExceeded(QUOTA_REASON)
+            if cycle.view is not None:
+                messages, size = cycle.view.messages, cycle.view.size
+            else:  # a compaction was just committed: the window restarts at it
+                messages, size = env.context.window(env.store, exchange.session_id, narrative=env.narrative,
+                                                    cap=env.bounds.replay_cap, guard=env.detector)
+            # ``turn`` numbers the exchange's turns (every frame's, resumed ones go on counting);
+            # ``step`` is this frame's own: where its agent is even when a compaction summarised
+            # the start of its exchange.
+            request = ProviderRequest(system=self.system, messages=messages, tools=self.specs,
+                                      metadata={"session": exchange.session_id, "exchange": exchange.number,
+                                                "turn": turn, "step": self.steps + 1,
+                                                "narrative": self.frame.narrative})
+            reply = dispatch(env.provider, request, authority=self.authority, cancel=self.token,
+                             request_cap=env.bounds.request_cap, on_text=self._live_text(turn), messages_size=size)
+            self.steps += 1
+            return reply
         except BudgetRefused as exc:
             return BudgetExceeded(exc.reason)
         except DispatchCanceled as exc:
@@ -300,9 +318,18 @@ class _Drive:
         """Settle with the authority's spend saved in the same transaction."""
         ledger = Ledger(self.authority.spent_tokens, self.authority.accounting_incomplete)
         failpoint("loop.before_settle")
-        self.env.store.settle(self.exchange, outcome, principal=self.env.principal, ledger=ledger)
+        self.ending(lambda: self.env.store.settle(self.exchange, outcome, principal=self.env.principal, ledger=ledger))
         failpoint("loop.after_settle")
         return outcome
+
+    def ending(self, end: Callable[[], object]) -> None:
+        """End this frame with ``end``; past the compaction quota, loudly: the named
+        ``control:compaction_quota`` row commits with the ending (SPEC L14)."""
+        if self.episode.exhausted:
+            self.env.store.stop_at_quota(self.exchange, narrative=self.env.narrative,
+                                         payload=quota_row(self.episode, self.env), then=end)
+        else:
+            end()
 
     def _live_text(self, turn: int) -> Callable[[str], None]:
         bus, session_id, exchange_id = self.env.bus, self.exchange.session_id, self.exchange.pk

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from loop.bounds import Bounds
+from loop.compaction.policy import CompactionPolicy
 from loop.context import DEFAULT_CONTEXT, ContextBuilder
 from loop.hooks import LoopHooks
 from loop.ports import AgentSpec, EventBus, Gate, ToolDiscovery, TurnScope
@@ -36,6 +37,7 @@ class LoopEnv:
     discovery: ToolDiscovery | None = None
     context: ContextBuilder = DEFAULT_CONTEXT
     detector: Detector = field(default_factory=default_detector)  # credential tripwires (SPEC L16)
+    compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
     cancel_poll_interval: float = 0.2
     narrative: str = ""
     # Told (in the same transaction) of calls a stop cancels, with the acting principal.

@@ -29,6 +29,7 @@ class EventKind(StrEnum):
     COMPACTION_PROBE = "control:compaction_probe"
     FRAME_OPENED = "control:frame_opened"
     FRAME_CLOSED = "control:frame_closed"
+    COMPACTION_QUOTA = "control:compaction_quota"
     NOTE = "control:note"
 
 

@@ -88,6 +88,7 @@ class HookContext:
 
 Hook: TypeAlias = Callable[[HookContext], Verdict]
 DenySink: TypeAlias = Callable[[HookPoint, HookContext, str], None]
+ErrorSink: TypeAlias = Callable[[HookPoint, HookContext, int], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +144,8 @@ class LoopHooks:
         deny_sink: Called exactly once per deny with the bounded reason; the product writes one
             coarse audit row there. Its own failures propagate: a deny that cannot be audited
             must not pass quietly.
+        error_sink: Called once per waterfall in which hooks raised, with how many did; the product
+            records it so errors are counted across processes (``/metrics``).
         executor: Where hooks run; defaults to a small pool shared by every registry.
     """
 
@@ -152,6 +155,7 @@ class LoopHooks:
         *,
         deadline: float = HOOK_DEADLINE,
         deny_sink: DenySink | None = None,
+        error_sink: ErrorSink | None = None,
         executor: Executor | None = None,
     ) -> None:
         if deadline <= 0:
@@ -161,6 +165,7 @@ class LoopHooks:
         }
         self._deadline = deadline
         self._deny_sink = deny_sink
+        self._error_sink = error_sink
         self._executor = executor
         self._lock = threading.Lock()
         self._denies: Counter[HookPoint] = Counter()
@@ -223,23 +228,25 @@ class LoopHooks:
             except FutureTimeout:
                 # The hook keeps its thread; its verdict lands in a future nobody reads again.
                 future.cancel()
-                self._count_errors(point, errors)
+                self._count_errors(point, ctx, errors)
                 return self._deny(point, ctx, DEADLINE_REASON, timed_out=True, errors=errors)
             except Exception:  # noqa: BLE001 - a broken hook is counted, never a deny or a bypass
                 errors += 1
                 continue
             if isinstance(verdict, Deny):
-                self._count_errors(point, errors)
+                self._count_errors(point, ctx, errors)
                 return self._deny(point, ctx, bound_reason(verdict.reason), errors=errors)
             if not isinstance(verdict, Allow):
                 errors += 1  # not a verdict: a broken hook, handled like one that raised
-        self._count_errors(point, errors)
+        self._count_errors(point, ctx, errors)
         return HookResult(allowed=True, errors=errors)
 
-    def _count_errors(self, point: HookPoint, errors: int) -> None:
+    def _count_errors(self, point: HookPoint, ctx: HookContext, errors: int) -> None:
         if errors:
             with self._lock:
                 self._errors[point] += errors
+            if self._error_sink is not None:
+                self._error_sink(point, ctx, errors)
 
     def _deny(
         self, point: HookPoint, ctx: HookContext, reason: str, *, errors: int, timed_out: bool = False

@@ -66,18 +66,37 @@ def call_key(exchange: int, turn: int, index: int) -> str:
     return f"e{exchange}:t{turn}:c{index}"
 
 
+def tail_first_seq(row: EventRow) -> int:
+    """The first seq of the verbatim tail a compaction row keeps (its own seq when it keeps none)."""
+    manifest = row.payload.get("manifest") if isinstance(row.payload, Mapping) else None
+    value = manifest.get("tail_first_seq") if isinstance(manifest, Mapping) else None
+    return value if isinstance(value, int) else row.seq
+
+
 def window_start(rows: Sequence[EventRow], *, capped: bool) -> int:
-    """Where a replay window may begin: the latest compaction row, else (when older rows were cut
-    off by the replay cap) the first user row, so a tool group is never split."""
-    for position in range(len(rows) - 1, -1, -1):
-        if rows[position].kind == EventKind.COMPACTION:
-            return position
+    """Where a replay window may begin when no compaction row is in ``rows``: the first row, or
+    (when older rows were cut off by the replay cap) the first user row, so a tool group is never
+    split."""
     if not capped:
         return 0
     for position, row in enumerate(rows):
         if row.kind == EventKind.USER:
             return position
     raise ProjectionError("the replay window holds no user row to start from", code="replay_window_unbounded")
+
+
+def arrange_window(rows: Sequence[EventRow], *, capped: bool = False) -> list[EventRow]:
+    """The replay window over ``rows`` (one narrative, seq order): it starts at the latest
+    compaction row, followed by the verbatim tail that compaction kept (rows from its manifest's
+    ``tail_first_seq`` up to it) and every row after it. Rows are referenced, never rewritten.
+    Without a compaction the window is ``rows`` (cut at a user row when ``capped``)."""
+    for position in range(len(rows) - 1, -1, -1):
+        boundary = rows[position]
+        if boundary.kind == EventKind.COMPACTION:
+            keep_from = tail_first_seq(boundary)
+            tail = [row for row in rows[:position] if row.seq >= keep_from]
+            return [boundary, *tail, *rows[position + 1:]]
+    return list(rows[window_start(rows, capped=capped):])
 
 
 def _parse(row: EventRow) -> Any:

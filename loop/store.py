@@ -29,6 +29,7 @@ from loop.projection import EventRow
 from loop.sql import events as event_rows
 from loop.sql import exchanges as rows
 from loop.store_calls import CallLog, ParsedCall, parse_arguments, parsed_from_row
+from loop.store_compaction import CompactionLog
 from loop.store_exchanges import Admission, ExchangeLog, Ledger
 from loop.store_frames import FrameLog
 from loop.store_work import WorkLog
@@ -48,6 +49,7 @@ class Store:
         self.frames = FrameLog(self.journal, self.calls)
         self.work = WorkLog(self.journal)
         self.lease_seconds = lease_seconds
+        self.compactions = CompactionLog(self.journal)
         # Exchanges: admission → claim → (park → reopen)* → settle | mark_broken.
         self.admit = self.exchanges.admit
         self.claim = self.exchanges.claim
@@ -80,6 +82,12 @@ class Store:
         self.open_frame = self.frames.open
         self.close_frame = self.frames.close
         self.finish_child_turn = self.frames.finish
+        self.frame_turns = self.frames.turns
+        # Compactions (SPEC L14): the window they start, the episode's count and latch, the commit.
+        self.replay_window = self.compactions.replay_window
+        self.compaction_episode = self.compactions.episode
+        self.commit_compaction = self.compactions.commit
+        self.stop_at_quota = self.compactions.stop_at_quota
 
     @property
     def payload_cap(self) -> int:

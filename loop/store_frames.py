@@ -14,6 +14,7 @@ from loop.events import EventKind
 from loop.journal import Journal
 from loop.models import Exchange, Frame, FrameStatus
 from loop.providers.base import AssembledTurn
+from loop.sql import events as event_rows
 from loop.sql import frames as rows
 from loop.store_calls import CallLog
 
@@ -47,6 +48,12 @@ class FrameLog:
                                         "digest": events_digest([(seq, EventKind.USER, user)])})
             self.journal.wake(exchange.session_id, seq)
         return frame
+
+    def turns(self, exchange_id: int, *, narrative: str) -> int:
+        """The model turns a frame's narrative has had in an exchange (the exchange's ``turns``
+        counts every frame's)."""
+        with sql.cursor() as cursor:
+            return event_rows.frame_turns(cursor, exchange_id=exchange_id, narrative=narrative)
 
     def close(self, frame: Frame, *, outcome: str, principal: str, exchange: Exchange) -> None:
         with transaction.atomic():

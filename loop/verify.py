@@ -10,6 +10,8 @@ For one session, recomputed from stored columns only — no provider is built or
 * **frames** — in a settled exchange every child frame is closed, was opened and closed in its own
   narrative, and left exactly one ``subagent_result`` for its parent (and none names a frame that
   does not exist).
+* **compactions** — manifests, probe reports and the windows around each compaction are recomputed
+  (:mod:`loop.compaction.verify`).
 
 The product cross-checks these rows against its audit log (`skald.crosscheck`); the kernel knows
 nothing of that log.
@@ -22,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from loop.compaction.verify import compaction_mismatches
+from loop.context import mask_pii
 from loop.events import CONVERSATION_KINDS, EventKind
 from loop.models import Exchange, ExchangeStatus, Frame, FrameStatus
 from loop.outcomes import build_receipt
@@ -29,6 +33,7 @@ from loop.projection import EventRow, ProjectionError, project
 from loop.sql import events as event_rows
 from loop.sql import exchanges as exchange_rows
 from loop.sql import frames as frame_rows
+from loop.tripwires import Detector
 
 Finding = dict[str, Any]
 
@@ -83,14 +88,20 @@ def finding(exchange: Exchange | None, field: str, **values: Any) -> Finding:
     }
 
 
-def verify_rows(rows: SessionRows) -> list[Finding]:
-    """Every kernel invariant over one session's stored rows; an empty list means it holds."""
+def verify_rows(rows: SessionRows, *, guard: Detector | None = None) -> list[Finding]:
+    """Every kernel invariant over one session's stored rows; an empty list means it holds.
+
+    ``guard`` is the credential detector the deployment's drivers use (the vendored rule set when
+    None): compaction probes are recomputed over the text as it screened it.
+    """
     return [
         *sequence_mismatches(rows.events, last_seq=rows.last_seq),
         *numbering_mismatches(rows.exchanges, exchange_count=rows.exchange_count),
         *receipt_mismatches(rows.exchanges, rows.events),
         *projection_mismatches(rows.exchanges, rows.events),
         *frame_mismatches(rows.exchanges, rows.events, rows.frames),
+        *compaction_mismatches(rows.events, mask=mask_pii, guard=guard,
+                               skip_exchanges={e.pk for e in rows.exchanges if e.status in _ACTIVE}),
     ]
 
 

@@ -11,6 +11,7 @@ from django.urls import URLPattern, path
 
 from audit.actors import Actor
 from skald import (
+    admin_identity,  # noqa: F401  (registers the lockout admin)
     admin_jobs,  # noqa: F401  (registers the jobs admin)
     admin_store,  # noqa: F401  (registers the kernel store's read-only views)
 )

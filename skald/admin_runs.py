@@ -15,7 +15,7 @@ from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
-from django.db.models import Model, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -27,16 +27,16 @@ from loop.models import SessionEvent
 from proposals.models import Proposal
 from skald.admin_timeline import receipt_rows, timeline_lines
 from skald.cases import runs as run_services
-from skald.core.admin import ReadOnlyAdmin
+from skald.core.admin import ReadOnlyAdmin, admin_may_view
 from skald.core.errors import SkaldError
 from skald.core.ids import new_token
-from skald.core.roles import Role, has_role
+from skald.core.roles import GOVERNANCE_ROLES, Role, has_role
 from skald.crosscheck import replay_verify_run
 from skald.models import Case, Run, RunStatus
 from skald.workflow.views import MAX_TICKET_BYTES, parse_ticket
 
 TIMELINE_LIMIT = 500
-READERS = (Role.OPERATOR, Role.APPROVER, Role.REVIEWER, Role.AUDITOR)
+READERS = GOVERNANCE_ROLES
 
 
 def _admin_user(request: HttpRequest) -> AbstractBaseUser:
@@ -86,11 +86,6 @@ def launch_gdl_run(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset:
         modeladmin.message_user(request, "Select exactly one case to launch a run on.", messages.WARNING)
         return None
     return HttpResponseRedirect(reverse("admin:skald_case_launch", args=[queryset.get().pk]))
-
-
-def _opens(request: HttpRequest, site: admin.AdminSite, model: type[Model]) -> bool:
-    model_admin = site._registry.get(model)
-    return bool(model_admin and model_admin.has_view_permission(request))
 
 
 def banner(run: Run, pending: list[PendingApproval], *, approvals_open: bool) -> dict[str, Any]:
@@ -146,7 +141,7 @@ class RunAdmin(ReadOnlyAdmin):
         """One read for the page and its live fragment."""
         approvals = list(PendingApproval.objects.filter(session_id=run.session_id)
                          .select_related("resolved_by", "tool_call").order_by("tool_call_id"))
-        approvals_open = _opens(request, self.admin_site, PendingApproval)
+        approvals_open = admin_may_view(request, self.admin_site, PendingApproval)
         # Events name a call by its key; the approval page is found through the call's row.
         urls = {approval.tool_call.call_key: reverse("admin:approvals_pendingapproval_change", args=[approval.pk])
                 for approval in approvals} if approvals_open else {}
@@ -166,8 +161,8 @@ class RunAdmin(ReadOnlyAdmin):
             "approvals": approvals,
             "approvals_open": approvals_open,
             "proposals": proposals,
-            "proposals_open": _opens(request, self.admin_site, Proposal),
-            "case_open": _opens(request, self.admin_site, Case),
+            "proposals_open": admin_may_view(request, self.admin_site, Proposal),
+            "case_open": admin_may_view(request, self.admin_site, Case),
             "last_seq": run.session.last_seq,
         }
 

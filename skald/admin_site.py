@@ -1,4 +1,4 @@
-"""Skald's admin site: its name, a home page per role and the live fragments the pages poll.
+"""Skald's admin site: its name, a home page per role and the live fragment the home re-reads.
 
 The site is the default one (``skald.apps.SkaldAdminConfig``), so every ``admin.register`` in the
 apps lands here. Pages only read: each panel comes from :mod:`skald.admin_home`, which asks the
@@ -23,9 +23,19 @@ class SkaldAdminSite(admin.AdminSite):
     index_template = "admin/skald/index.html"
 
     def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
-        from skald.admin_home import home_panels
+        from skald.admin_home import home_panels, live_topics_of
 
-        return super().index(request, {"panels": home_panels(request), **(extra_context or {})})
+        panels = home_panels(request)
+        return super().index(request, {"panels": panels, "live_topics": live_topics_of(panels),
+                                       **(extra_context or {})})
+
+    def login(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        """The password form, and "Sign in with …" when single sign-on is configured (admin and console)."""
+        from skald.identity.oidc_config import oidc_config
+
+        config = oidc_config()
+        sso = {"sso_name": config.provider_name, "sso_failed": request.GET.get("sso") == "failed"} if config else {}
+        return super().login(request, {**sso, **(extra_context or {})})
 
     def home_fragment(self, request: HttpRequest) -> HttpResponse:
         """The home's panels alone, for the page's live refresh."""

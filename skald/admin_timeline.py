@@ -14,11 +14,14 @@ from datetime import datetime
 from typing import Any
 
 from loop.models import SessionEvent
+from skald.core.text import clip_to_line
 
 SNIPPET = 280
 # Journal rows a reader does not need line by line; they fold into "n internal rows".
-FOLDED = frozenset({"control:tool_intent", "control:tool_done", "control:compaction_probe", "control:note",
-                    "control:frame_opened", "control:frame_closed"})
+# A compaction's probe report and a quota stop stay lines of their own: the operator reads the score
+# and the latch there (SPEC L14).
+FOLDED = frozenset({"control:tool_intent", "control:tool_done", "control:note", "control:frame_opened",
+                    "control:frame_closed"})
 
 
 @dataclass
@@ -34,21 +37,17 @@ class Line:
     payload: str = ""
     link: str = ""  # a URL the line points at (the approval it asked for)
     folded: list[Line] = field(default_factory=list)  # internal rows folded under this marker
-
-
-def _short(text: str, limit: int = SNIPPET) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    compaction: dict[str, Any] | None = None  # what the compaction entry shows (SPEC L14)
 
 
 def _args(arguments: str) -> str:
     try:
         parsed = json.loads(arguments)
     except ValueError:
-        return _short(arguments, 80)
+        return clip_to_line(arguments, 80)
     if isinstance(parsed, dict):
-        return ", ".join(f"{k}={_short(json.dumps(v, ensure_ascii=False), 40)}" for k, v in parsed.items())
-    return _short(arguments, 80)
+        return ", ".join(f"{k}={clip_to_line(json.dumps(v, ensure_ascii=False), 40)}" for k, v in parsed.items())
+    return clip_to_line(arguments, 80)
 
 
 def depth_of(narrative: str) -> int:
@@ -67,11 +66,11 @@ def describe(event: SessionEvent, *, agent: str, user: str, names: Mapping[str, 
         author = str(p.get("author") or "")
         # Runs record their launcher as ``user:<id>``; the page names the person instead.
         return (author if author and not author.startswith("user:") else user), "who-user", \
-            _short(p.get("content", "")), "", ""
+            clip_to_line(p.get("content", ""), SNIPPET), "", ""
     if kind == "assistant":
         who = (event.narrative.rsplit("child:", 1)[-1].strip(":") or agent) if event.narrative else agent
         calls = p.get("tool_calls") or []
-        text = _short(p.get("content", "")) if p.get("content") else ""
+        text = clip_to_line(p.get("content", ""), SNIPPET) if p.get("content") else ""
         if calls:
             asks = "; ".join(f"{c.get('name')}({_args(c.get('arguments', ''))})" for c in calls)
             text = (text + " — " if text else "") + f"calls {asks}"
@@ -80,13 +79,22 @@ def describe(event: SessionEvent, *, agent: str, user: str, names: Mapping[str, 
     if kind == "tool_result":
         failed = p.get("is_error") or p.get("status") not in (None, "completed")
         outcome = str(p.get("status", "completed")) if not p.get("is_error") else "error"
-        return f"tool {p.get('name', '?')}", "who-tool", _short(p.get("content", "")), outcome, \
+        return f"tool {p.get('name', '?')}", "who-tool", clip_to_line(p.get("content", ""), SNIPPET), outcome, \
             "outcome-error" if failed else "status status-completed"
     if kind == "subagent_result":
-        return f"sub-agent {p.get('agent', '?')}", "who-agent", _short(p.get("content", "")), \
+        return f"sub-agent {p.get('agent', '?')}", "who-agent", clip_to_line(p.get("content", ""), SNIPPET), \
             str(p.get("outcome", "")), ""
     if kind == "compaction":
-        return "system", "who-system", "compacted the earlier conversation into a summary", "", ""
+        m = p.get("manifest") or {}
+        return "system", "who-system", f"compacted seq {m.get('first_seq')} to {m.get('last_seq')} "\
+            f"({m.get('count')} rows) into a summary", "", ""
+    if kind == "control:compaction_probe":
+        latched = " — latched: no further compaction this episode" if p.get("latched") else ""
+        return "system", "who-system", f"probed the summary: {p.get('lost_permille')}‰ lost{latched}", \
+            str(p.get("result", "")), "outcome-error" if p.get("degraded") else "status status-completed"
+    if kind == "control:compaction_quota":
+        return "system", "who-system", f"stopped: compaction quota reached ({p.get('compactions')} of "\
+            f"{p.get('max_per_episode')} compactions)", "budget exceeded", "outcome-error"
     if kind == "canceled":
         return "system", "who-system", "the exchange was cancelled", "cancelled", "outcome-error"
     if kind == "control:approval_requested":
@@ -94,7 +102,7 @@ def describe(event: SessionEvent, *, agent: str, user: str, names: Mapping[str, 
             "status status-pending"
     if kind == "control:approval_resolved":
         by = str(p.get("by", ""))
-        reason = f" — “{_short(p['reason'], 120)}”" if p.get("reason") else ""
+        reason = f" — “{clip_to_line(p['reason'], 120)}”" if p.get("reason") else ""
         status = str(p.get("status", ""))
         return names.get(by, by or "approver"), "who-user", f"answered the parked call{reason}", status, \
             f"status status-{status}"
@@ -105,7 +113,7 @@ def describe(event: SessionEvent, *, agent: str, user: str, names: Mapping[str, 
     if kind == "control:exchange_settled":
         return "system", "who-system", "the exchange ended", str(p.get("outcome", "")), "status"
     if kind == "control:handoff":
-        return "operator", "who-user", _short(str(p.get("decision") or p.get("answer") or p)), "", ""
+        return "operator", "who-user", clip_to_line(p.get("decision") or p.get("answer") or p, SNIPPET), "", ""
     if kind == "control:tool_intent":
         return "system", "who-system", f"starting {p.get('name', '?')}", "", ""
     if kind == "control:tool_done":
@@ -117,6 +125,18 @@ def describe(event: SessionEvent, *, agent: str, user: str, names: Mapping[str, 
         return "tasks", "who-system", text, status, f"status status-{status}"
     # Any other internal row reads in words, never as its internal kind.
     return "system", "who-system", kind.removeprefix("control:").replace("_", " "), "", ""
+
+
+def compaction_detail(event: SessionEvent) -> dict[str, Any] | None:
+    """What the timeline shows for a compaction, its probe report or a quota stop (SPEC L14)."""
+    payload = event.payload or {}
+    if event.kind == "compaction":
+        return {"type": "compaction", "summary": payload.get("summary", ""), **payload.get("manifest", {})}
+    if event.kind == "control:compaction_probe":
+        return {"type": "probe", **payload}
+    if event.kind == "control:compaction_quota":
+        return {"type": "quota", **payload}
+    return None
 
 
 def timeline_lines(events: Iterable[SessionEvent], *, agent: str, user: str,
@@ -131,7 +151,7 @@ def timeline_lines(events: Iterable[SessionEvent], *, agent: str, user: str,
                     outcome_css=outcome_css, depth=min(depth_of(event.narrative), 3),
                     payload=json.dumps(event.payload, indent=2, ensure_ascii=False, sort_keys=True),
                     link=urls.get(str((event.payload or {}).get("key", "")), "") if event.kind.endswith("requested")
-                    else "")
+                    else "", compaction=compaction_detail(event))
         if event.kind in FOLDED:
             # Journal rows fold under the line before them (the call they record).
             if lines:

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
 from skald import provider_config
+from skald.identity.oidc_config import REQUIRED, oidc_error
 
 
 @register()
@@ -22,6 +23,15 @@ def check_provider_profile(app_configs: Any = None, **kwargs: Any) -> list[Error
                 id="skald.E001",
             )
         ]
+    return []
+
+
+@register()
+def check_identity_provider_profile(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    problem = oidc_error()
+    if problem:
+        return [Error(f"The identity provider profile is partial or invalid: {problem}.",
+                      hint=f"Set all of {', '.join(REQUIRED)} or none of them (docs/identity.md).", id="skald.E010")]
     return []
 
 
@@ -132,3 +142,13 @@ def check_database_role(app_configs: Any = None, databases: Any = None, **kwargs
                 id="skald.W007",
             ))
     return problems
+@register()
+def check_compaction_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    from loop.compaction.policy import CompactionPolicy
+    from loop.errors import HarnessError
+
+    try:
+        CompactionPolicy().override(settings.SKALD_COMPACTION)
+    except HarnessError as exc:
+        return [Error(f"SKALD_COMPACTION is invalid: {exc}", id="skald.E005")]
+    return []

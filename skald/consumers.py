@@ -20,6 +20,8 @@ from django.contrib.auth.models import AnonymousUser
 
 from approvals.services import pending_approval_resolve
 from skald.core.errors import SkaldError
+from skald.identity.revocation import user_group
+from skald.identity.tokens import token_is_current
 from skald.loop_adapters.bus import session_group
 from skald.loop_adapters.translate import translate_delta, translate_event
 from skald.sessions import selectors
@@ -38,15 +40,28 @@ def _jwt_user(token: str) -> Any:
     from rest_framework_simplejwt.tokens import AccessToken
 
     try:
-        user_id = AccessToken(token)["user_id"]  # type: ignore[arg-type]
+        access = AccessToken(token)  # type: ignore[arg-type]
+        user_id = access["user_id"]
     except (TokenError, KeyError):
+        return None
+    if not token_is_current(access, user_id):  # issued before a sign-out or revocation
         return None
     return get_user_model().objects.filter(pk=user_id, is_active=True).first()
 
 
+@database_sync_to_async
+def _still_admitted(user: Any) -> bool:
+    """The user is active, still has a session role, and no revocation happened since connect."""
+    fresh = get_user_model().objects.filter(pk=user.pk, is_active=True).first()
+    return fresh is not None and may_use_sessions(fresh)
+
+
 class SessionConsumer(AsyncJsonWebsocketConsumer):
     """Close codes before accept: 4400 malformed ``after``, 4401 no valid credential, 4403 no role,
-    4404 no such session for this user. 1011 after accept: the stream failed; reconnect with ``after=``."""
+    4404 no such session for this user. After accept: 1011 the stream failed (reconnect with
+    ``after=``); 4401 the user's tokens were revoked (sign-out, deactivation, last role removed)."""
+
+    RECHECK_POLLS = 10  # besides the revocation message, the user is rechecked every ~5 s
 
     async def connect(self) -> None:
         query = parse_qs(self.scope.get("query_string", b"").decode())
@@ -81,6 +96,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         await self.accept()
         if self.channel_layer is not None:
             await self.channel_layer.group_add(self.group, self.channel_name)
+            await self.channel_layer.group_add(user_group(user.pk), self.channel_name)
         self.pump = asyncio.create_task(self._pump())
         # A session whose worker died resumes when someone looks at it (SPEC R3 recover_turn).
         await database_sync_to_async(session_wake)(session=self.session)
@@ -93,14 +109,20 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
                 await pump
         if getattr(self, "group", None) and self.channel_layer is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+            await self.channel_layer.group_discard(user_group(self.user.pk), self.channel_name)
 
     async def _pump(self) -> None:
+        polls = 0
         try:
             while True:
                 await self._send_new()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), POLL_SECONDS)
                 self.wake.clear()
+                polls += 1
+                if polls % self.RECHECK_POLLS == 0 and not await _still_admitted(self.user):
+                    await self.close(code=4401)
+                    return
         except Exception:
             # A silent dead pump would leave the client waiting forever; closing makes it resume.
             logger.exception("session %s stream failed after seq %s", self.session.pk, self.last_seq)
@@ -119,6 +141,10 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
 
     async def session_wake(self, message: dict[str, Any]) -> None:
         self.wake.set()
+
+    async def identity_revoked(self, message: dict[str, Any]) -> None:
+        """The user's tokens were revoked (``skald.identity.revocation``): the stream ends now."""
+        await self.close(code=4401)
 
     async def session_delta(self, message: dict[str, Any]) -> None:
         await self.send_json(translate_delta(message["payload"]))

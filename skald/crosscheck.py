@@ -33,6 +33,7 @@ from loop.digest import events_digest
 from loop.events import EventKind
 from loop.models import Exchange, ExchangeStatus, Frame, ToolCall
 from loop.verify import Finding, SessionRows, StoredEvent, finding, load_session_rows, verify_rows
+from skald import plugins
 from skald.core.errors import NotFound
 from skald.models import Run
 
@@ -40,6 +41,7 @@ from skald.models import Run
 _EVENT_AUDIT_KINDS = (
     AuditKind.EXCHANGE_ADMITTED, AuditKind.TURN_ENDED, AuditKind.TOOL_CALL_TRANSITION, AuditKind.EVENT_APPENDED,
     AuditKind.FRAME_OPENED, AuditKind.FRAME_CLOSED,
+    AuditKind.COMPACTION_COMMITTED, AuditKind.COMPACTION_PROBED,
 )  # fmt: skip
 
 
@@ -97,7 +99,7 @@ def replay_verify_session(*, session_id: int) -> ReplayReport:
     if rows is None:
         raise NotFound(f"Session {session_id} does not exist.", code="session_not_found")
     audits = _audit_rows(session_id, [e.pk for e in rows.exchanges])
-    mismatches = verify_rows(rows) + _settled_audit_mismatches(rows, audits)
+    mismatches = verify_rows(rows, guard=plugins.tripwire_detector()) + _settled_audit_mismatches(rows, audits)
     mismatches += _event_audit_mismatches(rows.exchanges, rows.events, audits)
     mismatches += _delivery_mismatches(rows)
     return ReplayReport(ok=not mismatches, exchanges=len(rows.exchanges), events=len(rows.events),

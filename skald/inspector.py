@@ -9,6 +9,7 @@ unavailable (denied): the loop has no sandbox to offer.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
 from django.conf import settings
@@ -18,7 +19,7 @@ from loop.bounds import Bounds
 from loop.ports import AgentSpec
 from skald.loop_adapters.bus import ChannelsBus
 from skald.loop_adapters.hooks import audited_hooks
-from skald.loop_adapters.runtime import default_gate, deployment_bounds, provider_for
+from skald.loop_adapters.runtime import default_gate, deployment_bounds, deployment_compaction, provider_for
 from skald.loop_adapters.store import kernel_store
 from skald.tools.catalog import BUILTIN_TOOLS
 
@@ -47,6 +48,7 @@ def inspect(services: Mapping[str, Any], *, profile: str, config: Mapping[str, A
 def inspect_agent(agent: AgentSpec) -> dict[str, Any]:
     """Assemble the services an agent's turn would get and inspect them."""
     bounds: Bounds = deployment_bounds().override(agent.bounds)
+    compaction = deployment_compaction()
     services = {
         "llm": provider_for(agent),
         "tools": BUILTIN_TOOLS.subset(agent.tools),
@@ -55,5 +57,7 @@ def inspect_agent(agent: AgentSpec) -> dict[str, Any]:
         "bus": ChannelsBus(),
         "sessions": kernel_store(),
         "agents": agent,
+        "compaction": compaction,
     }
-    return inspect(services, profile=profile_name(), config={"agent": agent.name, **bounds.as_dict()})
+    scalars = {f"compaction.{name}": value for name, value in asdict(compaction).items()}
+    return inspect(services, profile=profile_name(), config={"agent": agent.name, **bounds.as_dict(), **scalars})

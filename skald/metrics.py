@@ -6,16 +6,20 @@ keeps one truthful view without a multiprocess registry.
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 
 from django.db.models import Count, Sum
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
-from loop.models import Exchange, ExchangeStatus
+from loop.events import EventKind
+from loop.hooks import HookPoint
+from loop.models import Exchange, ExchangeStatus, SessionEvent
 from skald import backpressure, dbpool
 
 
@@ -46,9 +50,8 @@ class StoreCollector(Collector):
             broken.add_metric([code or "unknown"], count)
         yield broken
 
-        denies = CounterMetricFamily("skald_hook_denies", "Policy hook denials")
-        denies.add_metric([], AuditEvent.objects.filter(kind=AuditKind.HOOK_DENIED).count())
-        yield denies
+        yield from _hook_families()
+        yield from _compaction_families()
 
         yield from _this_process()
 
@@ -69,6 +72,51 @@ def _this_process() -> Iterator[Metric]:
                      "requests_num", "requests_timeouts", "connections_num", "connections_errors"):
             pool.add_metric([name], stats.get(name, 0))
         yield pool
+
+
+def _hook_families() -> Iterator[Metric]:
+    """Hook denies and contained hook errors by hook point, from their coarse audit rows."""
+    denies: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
+    for kind, payload in AuditEvent.objects.filter(kind__in=[AuditKind.HOOK_DENIED, AuditKind.HOOK_ERROR]) \
+            .values_list("kind", "payload"):
+        body = json.loads(payload)
+        if kind == AuditKind.HOOK_DENIED:
+            denies[body.get("point", "")] += 1
+        else:
+            errors[body.get("point", "")] += int(body.get("errors", 1))
+    deny_family = CounterMetricFamily("skald_hook_denies", "Policy hook denials by hook point", labels=["point"])
+    error_family = CounterMetricFamily("skald_hook_errors", "Hooks that raised (contained, counted) by hook point",
+                                       labels=["point"])
+    for point in HookPoint:
+        deny_family.add_metric([point.value], denies[point.value])
+        error_family.add_metric([point.value], errors[point.value])
+    yield deny_family
+    yield error_family
+
+
+PERMILLE_BUCKETS = (0, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000)
+
+
+def _compaction_families() -> Iterator[Metric]:
+    """Compactions by probe result, the probe loss histogram, latches and quota stops (SPEC L14)."""
+    reports = list(SessionEvent.objects.filter(kind=EventKind.COMPACTION_PROBE)
+                   .values_list("payload__result", "payload__lost_permille", "payload__latched"))
+    results = Counter(result for result, _lost, _latched in reports)
+    by_result = CounterMetricFamily("skald_compactions", "Compactions by probe result", labels=["result"])
+    for result in ("ok", "no_signal", "degraded"):
+        by_result.add_metric([result], results[result])
+    yield by_result
+    losses = sorted(int(lost) for _result, lost, _latched in reports)
+    buckets = [(str(bound), sum(1 for lost in losses if lost <= bound)) for bound in PERMILLE_BUCKETS]
+    yield HistogramMetricFamily("skald_compaction_lost_permille", "Probe loss per compaction, per mille",
+                                buckets=[*buckets, ("+Inf", len(losses))], sum_value=sum(losses))
+    latches = CounterMetricFamily("skald_compaction_latches", "Episodes latched conservative by a degraded probe")
+    latches.add_metric([], sum(1 for *_rest, latched in reports if latched))
+    yield latches
+    stops = CounterMetricFamily("skald_compaction_quota_stops", "Episodes stopped at the compaction quota")
+    stops.add_metric([], SessionEvent.objects.filter(kind=EventKind.COMPACTION_QUOTA).count())
+    yield stops
 
 
 MetricSource = Callable[[], Iterable[Metric]]

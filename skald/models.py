@@ -134,7 +134,11 @@ class WorkspaceFile(models.Model):
         return f"session {self.session_id}: {self.path}"
 
 
+from skald.identity.models import ProviderGroupMapping, ProviderIdentity, TokenRevocation  # noqa: E402  (app models)
 from skald.jobs.models import JobKind, JobRun, JobStatus, RunEnding, ScheduledJob  # noqa: E402  (app models)
 
-__all__ = ["Agent", "AgentKind", "Case", "CaseLog", "CaseStatus", "JobKind", "JobRun", "JobStatus", "Run",
-           "RunEnding", "RunStatus", "ScheduledJob", "WorkspaceBlob", "WorkspaceFile"]
+__all__ = [
+    "Agent", "AgentKind", "Case", "CaseLog", "CaseStatus", "JobKind", "JobRun", "JobStatus", "ProviderGroupMapping",
+    "ProviderIdentity", "Run", "RunEnding", "RunStatus", "ScheduledJob", "TokenRevocation", "WorkspaceBlob",
+    "WorkspaceFile",
+]

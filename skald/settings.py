@@ -40,6 +40,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework_simplejwt",
+    "rest_framework_simplejwt.token_blacklist",  # every refresh token is recorded, so revocation can blacklist it
+    "axes",  # failed sign-in counters and lockouts (skald/identity, docs/identity.md)
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI and Redoc served from the project: the docs work offline
     "django_filters",
@@ -62,6 +64,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # a locked-out admin/console sign-in → the generic lockout page
 ]
 
 ROOT_URLCONF = "skald.urls"
@@ -193,9 +196,47 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 LOGIN_URL = "/admin/login/"
 
+# --- single sign-on (docs/identity.md) ------------------------------------------------------------
+# The identity provider profile: SKALD_OIDC_ISSUER, _CLIENT_ID, _CLIENT_SECRET (all or none; the
+# skald.E010 check refuses a partial one) and optional _AUDIENCE, _GROUPS_CLAIM, _SCOPES,
+# _PROVIDER_NAME, _TIMEOUT_SECONDS. Parsed by skald.identity.oidc_config at first use.
+# Any secret may come from NAME_FILE (skald.core.env), e.g. SKALD_OIDC_CLIENT_SECRET_FILE.
+SKALD_OIDC_ENV = {name: envstr(name) for name in {n.removesuffix("_FILE") for n in os.environ
+                                                  if n.startswith("SKALD_OIDC_")}}
+OIDC_AUTHENTICATE_CLASS = "skald.identity.oidc.SignInStart"
+OIDC_CALLBACK_CLASS = "skald.identity.oidc.SignInCallback"
+LOGIN_REDIRECT_URL = "/admin/"
+
+# --- sign-in protection (django-axes; skald/identity, docs/identity.md) -------------------------
+# Axes' standalone backend goes first: a locked-out account or address is refused before any
+# password is checked, on every entrance that calls authenticate() (token endpoint, admin and
+# console login). Counters live in the database (AccessAttempt), so they hold across processes and
+# need no Redis. A lockout lasts until an admin lifts it (Admin → Axes → Access attempts → "Lift").
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+    "skald.identity.oidc.ProviderBackend",  # answers only the provider's callback, and only when configured
+]
+AXES_FAILURE_LIMIT = envint("SKALD_SIGNIN_FAILURE_LIMIT", 20, minimum=1)
+# Each parameter is its own counter: failures per account name and failures per client address.
+AXES_LOCKOUT_PARAMETERS = envlist("SKALD_SIGNIN_LOCK_BY", ["username", "ip_address"])
+AXES_COOLOFF_TIME = None
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "skald.identity.lockout.lockout_response"
+AXES_VERBOSE = False
+AXES_SENSITIVE_PARAMETERS = ["password", "refresh", "access"]
+# The client address counted (and written in the sign-in audit rows): the socket's peer, or behind a
+# proxy the address the trusted proxies appended to SKALD_CLIENT_IP_HEADER (docs/production.md).
+SKALD_CLIENT_IP_HEADER = envstr("SKALD_CLIENT_IP_HEADER")
+SKALD_TRUSTED_PROXY_COUNT = envint("SKALD_TRUSTED_PROXY_COUNT", 1, minimum=1)
+AXES_CLIENT_IP_CALLABLE = "skald.identity.signins.client_ip"
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework_simplejwt.authentication.JWTAuthentication",
+        # the identity provider's bearer tokens (JWKS), when SSO is configured; others pass through
+        "skald.identity.bearer.ProviderBearerAuthentication",
+        # simplejwt's JWTAuthentication, refusing access tokens issued before the user's revocation
+        "skald.identity.tokens.RevocableJWTAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -234,7 +275,10 @@ SPECTACULAR_DESCRIPTION = """Governed, durable LLM agent loops.
 `access` and a `refresh` token. Send `Authorization: Bearer <access>` on every call; when the access
 token expires (401 `token_not_valid`), `POST /api/auth/token/refresh/` with `{"refresh"}` for a new
 one. In Swagger UI, press *Authorize* and paste the access token. What a caller may do follows its
-roles (operator, approver, reviewer, auditor, workflow).
+roles (operator, approver, reviewer, auditor, workflow). After 20 failed sign-ins for an account or
+from an address, `/api/auth/token/` answers 429 `sign_in_locked` until an administrator lifts the
+lock; `POST /api/auth/sign-out/` revokes every token of the caller. With single sign-on configured,
+access tokens issued by the identity provider are accepted too (`providerBearer`).
 
 **Conventions.** Request and response bodies are JSON (`application/json`; any other request
 content type is a 415). Every error body is `{"code", "message", "extra"}` with a stable `code`;
@@ -259,7 +303,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "TAGS": [
-        {"name": "auth", "description": "JWT obtain and refresh."},
+        {"name": "auth", "description": "JWT obtain and refresh, sign-out (revokes every token of the caller)."},
         {"name": "sessions", "description": "Conversations with an agent: messages, exchanges, events."},
         {"name": "cases", "description": "Cases that GDL runs troubleshoot."},
         {"name": "runs", "description": "GDL runs: launch, follow, stop, human seams, replay-verify."},
@@ -366,3 +410,11 @@ except ValueError as _exc:
     from django.core.exceptions import ImproperlyConfigured
 
     raise ImproperlyConfigured(f"SKALD_LOOP_BOUNDS must be a JSON object: {_exc}") from None
+
+# Deployment-wide compaction settings (SPEC L14), e.g. '{"threshold_tokens": 32000}'.
+try:
+    SKALD_COMPACTION: dict[str, object] = __import__("json").loads(envstr("SKALD_COMPACTION", "{}"))
+except ValueError as _exc:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(f"SKALD_COMPACTION must be a JSON object: {_exc}") from None

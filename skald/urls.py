@@ -7,12 +7,13 @@ from django.urls import URLPattern, URLResolver, include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from skald import views
-from skald.api.auth import TokenObtain, TokenRefresh
+from skald.api.auth import SignOut, TokenObtain, TokenRefresh
 from skald.console import console
 
 api_patterns: list[URLPattern | URLResolver] = [
     path("auth/token/", TokenObtain.as_view(), name="token_obtain_pair"),
     path("auth/token/refresh/", TokenRefresh.as_view(), name="token_refresh"),
+    path("auth/sign-out/", SignOut.as_view(), name="sign_out"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("redoc/", SpectacularRedocView.as_view(url_name="schema", template_name="skald/redoc.html"), name="redoc"),
@@ -23,6 +24,7 @@ urlpatterns = [
     path("", views.landing, name="landing"),
     path("favicon.ico", views.favicon, name="favicon"),
     path("admin/", admin.site.urls),
+    path("oidc/", include("mozilla_django_oidc.urls")),  # single sign-on (skald.identity.oidc)
     path("console/", console, name="console"),
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),

@@ -16,6 +16,7 @@ from loop.ports import Gate
 from loop.providers.base import ToolSpec
 from proposals.services import capture_proposals_on_resolve
 from skald import metrics
+from skald.identity import receivers as identity_receivers
 from skald.loop_adapters.preview import preview_for
 from skald.models import Run
 from skald.plugins import sockets
@@ -52,4 +53,5 @@ def install() -> None:
     sockets.tools_offered.append(_record_known)
     sockets.tripwire_rules = tripwire_rule_set
     metrics.register_collector(approval_metrics.collect)
+    identity_receivers.connect()  # sign-in audit and revocation (skald/identity)
     _installed = True

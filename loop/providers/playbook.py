@@ -8,6 +8,9 @@ since that message). It drives real tools, so the demo shows real turns, calls a
 A step marked ``"on": "task_completed"`` is not part of the sequence: it answers an exchange that
 opens with a delivered async task result (a ``task_completed`` call), once; without one such an
 exchange is answered with a short acknowledgement.
+
+Asked to compact (a request from :func:`loop.compaction.prompt.summary_request`), it writes a
+deterministic extractive summary, so compaction runs without a network too.
 """
 
 from __future__ import annotations
@@ -19,12 +22,16 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from loop.cancellation import CancelToken
+from loop.compaction.extractive import extractive_summary
+from loop.compaction.prompt import INTENT, is_summary_request
 from loop.errors import ProviderError
 from loop.providers.base import (
     AssistantMessage,
     Delta,
+    Message,
     MessageEnd,
     ProviderRequest,
+    SummaryMessage,
     TextDelta,
     ToolCallDelta,
     ToolResultMessage,
@@ -51,6 +58,13 @@ WORD = re.compile(r"\S+\s*|\s+")
 TASK_COMPLETED = "task_completed"
 
 
+def _intent(messages: Sequence[Message]) -> str:
+    """The user's request as a compaction summary kept it (its last ``intent:`` line)."""
+    summary = next((m.content for m in messages if isinstance(m, SummaryMessage) and m.kind == "compaction"), "")
+    intents = [line[len(INTENT):] for line in summary.splitlines() if line.startswith(INTENT)]
+    return intents[-1] if intents else ""
+
+
 class PlaybookProvider:
     """Answers stream word by word (``word_pause`` seconds apart, through the injected ``sleep``)
     so that a newcomer watching the console sees a turn arrive as a real model's would."""
@@ -67,6 +81,11 @@ class PlaybookProvider:
     def stream(self, request: ProviderRequest, *, cancel: CancelToken) -> Iterator[Delta]:
         if cancel.cancelled:
             raise ProviderError("canceled", code="provider_canceled")
+        if is_summary_request(request):  # not streamed word by word: nobody watches a summary being written
+            transcript = request.messages[0].content if request.messages else ""
+            summary = extractive_summary(transcript, max_tokens=request.max_output_tokens or 2_000)
+            usage_in = sum(len(m.content) for m in request.messages) // 4 + len(request.system) // 4
+            return iter([TextDelta(summary), UsageDelta(usage_in, len(summary) // 4 + 1), MessageEnd("stop")])
         step_index, variables = self._position(request)
         deltas = self._task_answer(variables) if step_index < 0 else self._step(step_index, variables)
         usage_in = sum(len(m.content) for m in request.messages) // 4 + len(request.system) // 4
@@ -94,8 +113,12 @@ class PlaybookProvider:
         last_user = max((i for i, m in enumerate(request.messages) if isinstance(m, UserMessage)), default=-1)
         after = request.messages[last_user + 1:]
         steps_done = sum(1 for m in after if isinstance(m, AssistantMessage))
+        step = request.metadata.get("step")
+        if last_user < 0 and isinstance(step, int):
+            # A compaction summarised this exchange's start: the frame's step number says where we are.
+            steps_done = step - 1
         results = [m.content for m in after if isinstance(m, ToolResultMessage)]
-        user_text = request.messages[last_user].content if last_user >= 0 else ""
+        user_text = request.messages[last_user].content if last_user >= 0 else _intent(request.messages)
         variables = {
             "input": user_text,
             "last_result": results[-1] if results else "",

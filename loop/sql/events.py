@@ -118,6 +118,32 @@ def conversation_rows(
     return [(int(seq), kind, load_json(payload)) for seq, kind, payload in cursor.fetchall()]
 
 
+def latest_compaction(cursor: CursorWrapper, *, session_id: int, narrative: str) -> tuple[int, Any] | None:
+    """The seq and payload of the narrative's latest compaction row, if any."""
+    cursor.execute(
+        "SELECT seq, payload FROM loop_sessionevent WHERE session_id = %s AND narrative = %s AND kind = %s "
+        "ORDER BY seq DESC LIMIT 1", [session_id, narrative, "compaction"],
+    )
+    row = cursor.fetchone()
+    return (int(row[0]), load_json(row[1])) if row else None
+
+
+def compaction_probes(cursor: CursorWrapper, *, exchange_id: int, narrative: str) -> list[Any]:
+    """The payloads of an exchange's probe reports in one narrative, oldest first."""
+    cursor.execute(
+        "SELECT payload FROM loop_sessionevent WHERE exchange_id = %s AND narrative = %s AND kind = %s ORDER BY seq",
+        [exchange_id, narrative, "control:compaction_probe"],
+    )
+    return [load_json(payload) for (payload,) in cursor.fetchall()]
+
+
+def frame_turns(cursor: CursorWrapper, *, exchange_id: int, narrative: str) -> int:
+    """How many model turns (assistant rows) one narrative has had in an exchange."""
+    cursor.execute("SELECT COUNT(*) FROM loop_sessionevent WHERE exchange_id = %s AND narrative = %s AND kind = %s",
+                   [exchange_id, narrative, "assistant"])
+    return int(cursor.fetchone()[0])
+
+
 def exchange_events(cursor: CursorWrapper, exchange_id: int) -> list[tuple[int, str, Any]]:
     cursor.execute("SELECT seq, kind, payload FROM loop_sessionevent WHERE exchange_id = %s ORDER BY seq",
                    [exchange_id])

@@ -229,3 +229,13 @@ def mark_settled(exchange_id: int, *, outcome: str, receipt: str, now: datetime)
 
 def session_exchanges(session_id: int) -> list[Exchange]:
     return list(Exchange.objects.filter(session_id=session_id).order_by("number"))
+
+
+def add_usage(cursor: CursorWrapper, exchange_id: int, *, input_tokens: int, output_tokens: int, spent: int,
+              incomplete: bool) -> None:
+    """Meter a provider call that is not a harness turn (a compaction summary)."""
+    cursor.execute(
+        "UPDATE loop_exchange SET input_tokens = input_tokens + %s, output_tokens = output_tokens + %s, "
+        "reserved_tokens = %s, accounting_incomplete = %s WHERE id = %s",
+        [input_tokens, output_tokens, spent, incomplete, exchange_id],
+    )

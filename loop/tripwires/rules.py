@@ -14,7 +14,7 @@ import math
 import re
 import tomllib
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -161,40 +161,40 @@ _LITERAL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-,")
 _CASE_PAIR = re.compile(r"\[([A-Za-z])([A-Za-z])\]")
 
 
-def _group_end(pattern: str, start: int) -> int:
-    """Index just past the group opening at ``pattern[start]``."""
-    depth, i = 0, start
+def _bare_chars(pattern: str, start: int = 0) -> Iterator[tuple[int, str]]:
+    """``(index, char)`` of each character of ``pattern`` from ``start`` that is neither escaped
+    nor inside a character class: the ones that can open, close or split a group."""
+    i = start
     while i < len(pattern):
         char = pattern[i]
         if char == "\\":
             i += 2
-            continue
-        if char == "[":
+        elif char == "[":
             i = pattern.index("]", i + 2) + 1
-            continue
+        else:
+            yield i, char
+            i += 1
+
+
+def _group_end(pattern: str, start: int) -> int:
+    """Index just past the group opening at ``pattern[start]``."""
+    depth = 0
+    for i, char in _bare_chars(pattern, start):
         depth += {"(": 1, ")": -1}.get(char, 0)
-        i += 1
         if depth == 0:
-            return i
+            return i + 1
     raise ValueError("unbalanced group")
 
 
 def _alternatives(body: str) -> list[str]:
-    parts, depth, last, i = [], 0, 0, 0
-    while i < len(body):
-        char = body[i]
-        if char == "\\":
-            i += 2
-            continue
-        if char == "[":
-            i = body.index("]", i + 2) + 1
-            continue
+    """``body`` split at its top-level ``|``."""
+    parts, depth, last = [], 0, 0
+    for i, char in _bare_chars(body):
         if char in "()":
             depth += 1 if char == "(" else -1
         elif char == "|" and depth == 0:
             parts.append(body[last:i])
             last = i + 1
-        i += 1
     return [*parts, body[last:]]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.db.models import Model
 from django.http import HttpRequest
 
 
@@ -25,3 +26,11 @@ class ReadOnlyMixin:
 
 class ReadOnlyAdmin(ReadOnlyMixin, admin.ModelAdmin):
     """A model admin that only shows."""
+
+
+def admin_may_view(request: HttpRequest, site: admin.AdminSite, model: type[Model]) -> bool:
+    """Whether ``site`` shows ``model`` and lets this viewer open it: a link the viewer may follow,
+    never one that ends in a 403 or a 404 (issue 13: navigation shows only what the viewer may open)."""
+    if not site.is_registered(model):
+        return False
+    return bool(site.get_model_admin(model).has_view_permission(request))

@@ -46,6 +46,7 @@ class LocalFanoutChannelLayer(InMemoryChannelLayer):
         self._inbox: socket.socket | None = None
         self._inbox_path: Path | None = None
         self._inbox_pid = 0
+        self._serving: asyncio.AbstractEventLoop | None = None  # the loop the consumers' queues live on
         self._outbox: tuple[int, socket.socket] | None = None
 
     @property
@@ -73,6 +74,7 @@ class LocalFanoutChannelLayer(InMemoryChannelLayer):
         inbox.setblocking(False)
         loop.add_reader(inbox.fileno(), self._on_datagram, inbox)
         self._inbox, self._inbox_path, self._inbox_pid = inbox, path, os.getpid()
+        self._serving = loop
 
     def _on_datagram(self, inbox: socket.socket) -> None:
         while True:
@@ -91,7 +93,13 @@ class LocalFanoutChannelLayer(InMemoryChannelLayer):
     # -- sending: to this process's own consumers, then to every other process's socket
 
     async def group_send(self, group: str, message: dict[str, Any]) -> None:
-        await super().group_send(group, message)
+        serving = self._serving if self._inbox_pid == os.getpid() else None  # a fork serves nothing yet
+        if serving is not None and serving is not asyncio.get_running_loop() and not serving.is_closed():
+            # Sent from another thread's loop (a sync view's commit, the bus's background loop): the
+            # consumers' asyncio queues belong to the serving loop, and only that loop may wake them.
+            asyncio.run_coroutine_threadsafe(super().group_send(group, message), serving)
+        else:
+            await super().group_send(group, message)
         self._send_datagrams(group, message)
 
     def group_send_now(self, group: str, message: dict[str, Any]) -> bool:

@@ -54,6 +54,10 @@ def user_roles(user: AbstractBaseUser | AnonymousUser | None) -> frozenset[str]:
     return cached
 
 
+# The roles that govern agents: each may read runs and cases, the context of every approval and proposal.
+GOVERNANCE_ROLES = (Role.OPERATOR, Role.APPROVER, Role.REVIEWER, Role.AUDITOR)
+
+
 def has_role(user: AbstractBaseUser | AnonymousUser | None, *roles: Role) -> bool:
     held = user_roles(user)
     return any(role.value in held for role in roles)

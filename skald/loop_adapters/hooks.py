@@ -23,5 +23,13 @@ def audit_deny(point: HookPoint, context: HookContext, reason: str) -> None:
                      payload={"point": point.value, "reason": reason, "exchange": context.exchange_id})
 
 
+def audit_errors(point: HookPoint, context: HookContext, errors: int) -> None:
+    """Hooks that raised are contained (never a deny, never a bypass) and counted here, durably."""
+    with transaction.atomic():
+        audit_append(actor=Actor.system("hooks"), kind=AuditKind.HOOK_ERROR, subject_type="session",
+                     subject_id=context.session_id,
+                     payload={"point": point.value, "errors": errors, "exchange": context.exchange_id})
+
+
 def audited_hooks(hooks: Mapping[HookPoint, Sequence[Hook]] | None = None) -> LoopHooks:
-    return LoopHooks(hooks or {}, deny_sink=audit_deny)
+    return LoopHooks(hooks or {}, deny_sink=audit_deny, error_sink=audit_errors)

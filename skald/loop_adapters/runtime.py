@@ -9,6 +9,7 @@ from typing import Any
 from django.conf import settings
 
 from loop.bounds import Bounds
+from loop.compaction.policy import CompactionPolicy
 from loop.driver import LoopEnv
 from loop.errors import HarnessError
 from loop.events import EventKind
@@ -76,6 +77,10 @@ def deployment_bounds() -> Bounds:
     return Bounds().override(settings.SKALD_LOOP_BOUNDS)
 
 
+def deployment_compaction() -> CompactionPolicy:
+    return CompactionPolicy().override(settings.SKALD_COMPACTION)
+
+
 def session_extras(session: Session) -> dict[str, Any]:
     """What a session's tools may know about its run: the case (``read_logs``) and the run. A
     console session has no run; its case is the latest it was attached to (a ``control:note``)."""
@@ -119,4 +124,5 @@ def build_env(session: Session, *, exchange_id: int = 0, hooks: LoopHooks | None
         gate=default_gate(), agent=agent, scope=scope, bus=ChannelsBus(), bounds=bounds,
         hooks=hooks or audited_hooks(), discovery=KnownToolRecorder(), calls_canceled=plugins.notify_calls_cancelled,
         detector=plugins.tripwire_detector(),
+        compaction=deployment_compaction(),
     )

@@ -25,6 +25,7 @@ _TYPES: dict[str, str] = {
     EventKind.HANDOFF: "handoff",
     EventKind.EXCHANGE_SETTLED: "exchange.settled",
     EventKind.COMPACTION_PROBE: "compaction.probe",
+    EventKind.COMPACTION_QUOTA: "compaction.quota",
     EventKind.NOTE: "note",
     "control:task_update": "task.update",  # a job's TaskUpdate (skald.jobs), for the task strip
     "control:frame_opened": "frame.opened",

@@ -43,6 +43,7 @@
     card.classList.remove("waiting");
     if (cls) card.classList.add(cls);
     card.querySelector(".state").textContent = text;
+    card.querySelector(".error").textContent = "";  // a refused earlier try no longer applies
     const actions = card.querySelector(".actions");
     if (actions) actions.remove();
   }
@@ -83,6 +84,26 @@
     setState(card, cls, `${p.status}${by}${why}`);
   }
 
+  // A compaction is shown inline where it happened: what it covered, its summary, then its probe score.
+  function compactionMarker(event) {
+    const p = event.payload || {};
+    const box = el("div", "compaction-marker");
+    if (event.kind === "compaction") {
+      const m = p.manifest || {};
+      box.appendChild(el("strong", "", `Compacted seq ${m.first_seq}–${m.last_seq} (${m.count} rows, ${m.covered_tokens} tokens); verbatim from seq ${m.tail_first_seq}`));
+      const details = el("details");
+      details.appendChild(el("summary", "", "summary"));
+      details.appendChild(el("pre", "", p.summary));
+      box.appendChild(details);
+    } else if (event.kind === "control:compaction_probe") {
+      box.appendChild(el("span", "probe", `probe: ${p.lost_permille}‰ lost (${p.result}; ${p.post_hits} of ${p.pre_hits} kept)`));
+      if (p.latched) box.appendChild(el("span", "latch", " — latched: no further compaction this episode"));
+    } else {
+      box.appendChild(el("strong", "latch", `stopped: compaction quota reached (${p.compactions} of ${p.max_per_episode})`));
+    }
+    return box;
+  }
+
   function show(event) {
     if (event.seq) lastSeq = Math.max(lastSeq, event.seq);
     const p = event.payload || {};
@@ -107,7 +128,8 @@
     if (event.kind === "canceled") {
       cards.forEach((card) => { if (card.classList.contains("waiting")) setState(card, "cancelled", "Cancelled: the exchange was stopped."); });
     }
-    if (event.kind && event.kind.startsWith("control:") && !["control:approval_requested", "control:approval_resolved", "control:exchange_settled", "control:handoff"].includes(event.kind)) return;
+    if (event.kind && event.kind.startsWith("control:") && !["control:approval_requested", "control:approval_resolved", "control:exchange_settled", "control:handoff",
+      "control:compaction_probe", "control:compaction_quota"].includes(event.kind)) return;
     const li = el("li");
     if (event.narrative) {  // a delegate's own turns, shown nested under the call that opened it
       li.classList.add("nested");
@@ -123,6 +145,9 @@
     else if (event.kind === "control:approval_resolved") li.appendChild(el("span", "tool", `${p.status} by ${p.by || "?"}${p.reason ? ` — “${p.reason}”` : ""}`));
     else if (event.kind === "control:exchange_settled") { li.appendChild(el("span", "tool", `exchange ended: ${p.outcome}`)); $("status").textContent = `Exchange ended: ${p.outcome}`; }
     else if (event.kind === "subagent_result") li.appendChild(el("span", "tool", `[${p.outcome}] ${p.agent}: ${p.content}`));
+    else if (event.type === "compaction" || event.type === "compaction.probe" || event.type === "compaction.quota") {
+      li.classList.add("compaction"); li.appendChild(compactionMarker(event));
+    }
     else li.appendChild(el("span", "tool", JSON.stringify(p)));
     append(li);
   }

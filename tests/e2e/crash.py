@@ -31,8 +31,12 @@ TURN_POINTS = ("loop.after_admission", "loop.after_claim", "loop.before_message_
                "loop.after_settle")
 APPROVAL_POINTS = ("approvals.after_take", "loop.after_intent", "loop.inside_tool", "loop.after_tool_result",
                    "loop.before_settle", "loop.after_settle")
+# A turn that compacts its session's history first (SPEC L14), under tiny thresholds.
+COMPACTION_POINTS = ("loop.compaction.before_row", "loop.compaction.after_row")
+TINY_COMPACTION = '{"threshold_tokens": 60, "keep_tokens": 30, "summary_max_tokens": 100}'
 CASES: tuple[tuple[str, str], ...] = (tuple(("turn", p) for p in TURN_POINTS)
-                                      + tuple(("approval", p) for p in APPROVAL_POINTS))
+                                      + tuple(("approval", p) for p in APPROVAL_POINTS)
+                                      + tuple(("compaction", p) for p in COMPACTION_POINTS))
 _SCRUBBED = ("SKALD_", "DATABASE_URL", "REDIS_URL", "BRAIN_")
 
 
@@ -112,8 +116,12 @@ def crash_once(db: Database, scenario: str, point: str, number: int = 0) -> dict
                       f'CREATE DATABASE "{name}" TEMPLATE "{db.template}"')
         try:
             plain = _env(workdir, db.env_for(name))
+            if scenario == "compaction":  # a history under the default threshold, then tiny ones
+                history = _child("history", workdir, plain)
+                assert history.returncode == 0, history.stderr[-3000:]
+                plain["SKALD_COMPACTION"] = TINY_COMPACTION
             crashing = dict(plain, SKALD_FAILPOINTS=point, SKALD_FAILPOINTS_ONCE=str(workdir / "fired"))
-            if scenario == "turn":
+            if scenario in ("turn", "compaction"):
                 worker = _child("turn", workdir, crashing)
             else:
                 parked = _child("park", workdir, plain)

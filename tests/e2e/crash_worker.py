@@ -7,6 +7,7 @@ invariants as JSON on stdout. ``DIR`` holds the effect log the test tool appends
 
 Roles:
     migrate  create the schema (a template for each run)
+    history  three such turns (the history a compaction scenario's turn compacts first)
     turn     a user message whose model asks for one effect, then answers
     park     the same, but the effect needs an approval: the exchange parks
     approve  a human approves the parked call (the resolver)
@@ -23,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-ROLES = ("migrate", "turn", "park", "approve", "recover")
+ROLES = ("migrate", "history", "turn", "park", "approve", "recover")
 
 
 def _setup() -> None:
@@ -34,22 +35,30 @@ def _setup() -> None:
 
 
 class PolicyProvider:
-    """Deterministic: asks for the effect until it sees the effect's result, then answers."""
+    """Deterministic: asks for the effect until it sees the effect's result, then answers; asked to
+    compact, writes the extractive summary."""
 
     name = "crash-policy"
 
     def stream(self, request: Any, *, cancel: Any) -> Iterator[Any]:
+        from loop.compaction.extractive import extractive_summary
+        from loop.compaction.prompt import is_summary_request
         from loop.providers.base import ToolResultMessage
         from loop.providers.loopback import text_turn, tool_turn
 
+        if is_summary_request(request):
+            yield from text_turn(extractive_summary(request.messages[0].content))
+            return
         last = request.messages[-1] if request.messages else None
         turn = text_turn("done") if isinstance(last, ToolResultMessage) else tool_turn(("effect", {}))
         yield from turn
 
 
 def _env(workdir: Path, *, require: bool) -> Any:
+    from django.conf import settings
     from django.contrib.auth import get_user_model
 
+    from loop.compaction.policy import CompactionPolicy
     from loop.driver import LoopEnv
     from loop.ports import AgentSpec, GateCall, GateVerdict, ToolContext, TurnScope
     from loop.tools.hints import RestartHint
@@ -81,7 +90,8 @@ def _env(workdir: Path, *, require: bool) -> Any:
     scope = TurnScope(session_id=session.pk, exchange_id=0, principal=f"user:{user.pk}", user_id=user.pk,
                       agent="crash", workspace=workdir)
     return LoopEnv(store=store, provider=PolicyProvider(), tools=tools, gate=Gate(), agent=agent, scope=scope,
-                   bus=ChannelsBus(), cancel_poll_interval=0.05)
+                   bus=ChannelsBus(), cancel_poll_interval=0.05,
+                   compaction=CompactionPolicy().override(settings.SKALD_COMPACTION))
 
 
 def _recover(workdir: Path, *, require: bool, timeout: float) -> dict[str, Any]:
@@ -131,6 +141,8 @@ def _recover(workdir: Path, *, require: bool, timeout: float) -> dict[str, Any]:
         "unapproved": unapproved,
         "findings": [str(f) for f in findings],
         "chain_ok": bool(getattr(report, "ok", False)),
+        "compactions": SessionEvent.objects.filter(kind="compaction").count(),
+        "probes": SessionEvent.objects.filter(kind="control:compaction_probe").count(),
         "seconds": round(time.monotonic() - started, 2),
     }
 
@@ -146,6 +158,10 @@ def main(argv: list[str]) -> int:
     from loop.driver import run_turns_keyed
     from loop.models import ToolCall, ToolCallStatus
 
+    if role == "history":
+        for number in range(1, 4):
+            run_turns_keyed(_env(workdir, require=False), request_key=f"history-{number}", content=f"go {number}")
+        return 0
     if role in ("turn", "park"):
         run_turns_keyed(_env(workdir, require=role == "park"), request_key=f"{role}-1", content="go",
                         claim_token=f"worker-{os.getpid()}")

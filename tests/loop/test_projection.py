@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from loop.projection import CompactionBoundary, EventRow, ProjectionError, call_key, project, window_start
+from loop.projection import (
+    CompactionBoundary,
+    EventRow,
+    ProjectionError,
+    arrange_window,
+    call_key,
+    project,
+    window_start,
+)
 from loop.providers.base import AssistantMessage, SummaryMessage, ToolCallRequest, ToolResultMessage, UserMessage
 
 
@@ -69,11 +77,20 @@ def test_it_refuses_loudly(rows, reason):
 
 def test_a_compaction_row_inside_the_window_refuses_and_starts_a_window_at_its_head():
     compaction = EventRow(3, "compaction", {"summary": "earlier: pool exhausted", "manifest": {"through": 2}})
-    rows = [user(1), assistant(2, text="a"), compaction, user(4)]
+    rows = [user(1), assistant(2, text="a"), compaction, user(4, "u4")]
     with pytest.raises(CompactionBoundary):
         project(rows)
-    start = window_start(rows, capped=False)
-    assert project(rows[start:])[0] == SummaryMessage(kind="compaction", content="earlier: pool exhausted")
+    assert project(arrange_window(rows)) == (SummaryMessage(kind="compaction", content="earlier: pool exhausted"),
+                                             UserMessage(content="u4"))
+
+
+def test_the_window_is_the_latest_summary_then_the_tail_it_kept_then_newer_rows():
+    older = EventRow(3, "compaction", {"summary": "s1", "manifest": {"tail_first_seq": 2}})
+    latest = EventRow(7, "compaction", {"summary": "s2", "manifest": {"tail_first_seq": 5}})
+    rows = [user(1), user(2), older, user(4), user(5), assistant(6, text="kept"), latest, user(8)]
+    window = arrange_window(rows)
+    assert [row.seq for row in window] == [7, 5, 6, 8]
+    assert project(window)[0] == SummaryMessage(kind="compaction", content="s2")
 
 
 def test_a_capped_window_starts_at_a_user_row_so_no_group_is_split():

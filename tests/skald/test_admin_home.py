@@ -40,3 +40,12 @@ def test_a_superuser_without_the_workflow_role_is_offered_no_launch(client):
     client.force_login(make_user("root", superuser=True))
     html = client.get("/admin/").content.decode()
     assert 'id="panel-cases"' in html and "/launch/" not in html
+
+
+def test_the_auditors_panel_says_how_far_the_chain_is_intact_and_when_it_was_read_in_full(client):
+    from audit.services import chain_verified_tip_forget
+
+    chain_verified_tip_forget()
+    client.force_login(make_user("dave", "auditor"))
+    lead = client.get("/admin/home/panels/").content.decode()
+    assert "Chain intact up to seq" in lead and "the whole chain was last verified" in lead

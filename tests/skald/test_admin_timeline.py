@@ -44,3 +44,24 @@ def test_a_failed_tool_reads_as_an_error_and_the_receipt_is_a_table() -> None:
     assert (line.outcome, line.outcome_css) == ("error", "outcome-error")
     assert receipt_rows({"turns": 3, "outcome": "completed", "calls": [1, 2]}) == [
         ("turns", "3"), ("outcome", "completed"), ("calls", "[1, 2]")]
+
+
+def test_a_compaction_its_probe_and_a_quota_stop_are_lines_an_operator_reads() -> None:
+    manifest = {"first_seq": 1, "last_seq": 40, "count": 32, "tail_first_seq": 41, "covered_tokens": 16400}
+    events = [
+        event(42, "compaction", {"summary": "Summary of the earlier conversation", "manifest": manifest}),
+        event(43, "control:compaction_probe", {"lost_permille": 600, "result": "degraded", "degraded": True,
+                                               "latched": True, "pre_hits": 10, "post_hits": 4, "probes": []}),
+        event(90, "control:compaction_quota", {"name": "compaction_quota_exhausted", "compactions": 16,
+                                               "max_per_episode": 16}, narrative="child:helper:c7:"),
+    ]
+    compacted, probed, stopped = timeline_lines(events, agent="a", user="u")
+    assert compacted.text == "compacted seq 1 to 40 (32 rows) into a summary"
+    assert compacted.compaction == {"type": "compaction", "summary": "Summary of the earlier conversation",
+                                    **manifest}
+    assert not compacted.folded, "the probe report is a line of its own, not a folded journal row"
+    assert probed.text == "probed the summary: 600‰ lost — latched: no further compaction this episode"
+    assert (probed.outcome, probed.outcome_css) == ("degraded", "outcome-error")
+    assert probed.compaction is not None and probed.compaction["type"] == "probe"
+    assert stopped.text == "stopped: compaction quota reached (16 of 16 compactions)" and stopped.depth == 1
+    assert stopped.compaction is not None and stopped.compaction["type"] == "quota"

@@ -37,6 +37,8 @@ def test_operators_and_auditors_read_it_over_the_api(alice, dave, charlie, api):
     body = api(alice).get("/api/inspect?agent=troubleshooter").json()
     assert body["provider"] == "playbook" and body["profile"] == "embedded"
     assert "write_file" in body["tools"] and body["config"]["agent"] == "troubleshooter"
+    assert "compaction" in body["mounted"] and body["config"]["compaction.threshold_tokens"] == 16_000
+    assert body["config"]["compaction.max_per_episode"] == 16
     assert api(dave).get("/api/inspect").status_code == 200
     assert api(charlie).get("/api/inspect").status_code == 403
     assert api(alice).get("/api/inspect?agent=nobody").json()["code"] == "agent_unknown"

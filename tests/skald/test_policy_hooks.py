@@ -47,6 +47,8 @@ def test_a_failing_hook_is_contained_neither_a_deny_nor_a_bypass(session):
     assert not replayed and exchange.pk
     assert hooks.error_count == 1
     assert not AuditEvent.objects.filter(kind=AuditKind.HOOK_DENIED).exists()
+    counted = json.loads(AuditEvent.objects.get(kind=AuditKind.HOOK_ERROR).payload)
+    assert (counted["point"], counted["errors"]) == ("loop.before_start", 1)
     denying = audited_hooks({HookPoint.BEFORE_START: [broken, lambda ctx: Deny("no")]})
     with pytest.raises(HookError):
         admit_exchange(build_env(session, hooks=denying), request_key="k2", content="hi")

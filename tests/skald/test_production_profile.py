@@ -149,3 +149,9 @@ def test_it_warns_when_the_application_connects_as_a_superuser():
             assert check_database_role(databases=["default"]) == []
         finally:
             cursor.execute("RESET ROLE")
+
+
+def test_an_invalid_compaction_setting_refuses_to_boot(tmp_path):
+    result = manage(production_env(tmp_path, SKALD_COMPACTION='{"threshold_tokens": -1}'), "check")
+    assert result.returncode != 0 and "skald.E005" in result.stderr and "threshold_tokens" in result.stderr
+    assert manage(production_env(tmp_path, SKALD_COMPACTION='{"keep_tokens": 30000}'), "check").returncode == 0

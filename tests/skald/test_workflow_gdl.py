@@ -214,6 +214,41 @@ def test_the_demo_playbook_parks_on_the_write_completes_after_approval_and_leave
     assert Proposal.objects.filter(run=done, status="pending").count() == 1
 
 
+def test_the_demo_playbook_compacting_at_every_turn_still_follows_its_playbook_to_the_end(
+    alice, carol, api, world, settings
+):  # ``world`` seeds the agents and rules
+    """Compaction (SPEC L14) with tiny thresholds through the demo: the root and the log analyst's
+    child frame each compact their own narrative, the playbook still takes its steps in order
+    across the park and the resume, and replay-verify (with the audit cross-check) is clean."""
+    settings.SKALD_COMPACTION = {"threshold_tokens": 40, "keep_tokens": 30, "summary_max_tokens": 200}
+    runtime.set_provider_factory(None)
+    demo_rules_ensure()
+    logs = "\n".join(f"2026-11-30T09:12:{n:02d}Z ERROR pool: could not connect to db-primary:5432 (worker {n})"
+                     for n in range(12))
+    case = case_create(actor=Actor.system("test"), title="502s with logs", logs=[("app.log", logs)])
+    run = launch(api, alice, case, {"ticket": "Checkout returns 502 since the 09:10 deploy; TimeoutError in "
+                                               "/srv/checkout/pool.py, ticket OPS-4412."}).json()
+    assert run["status"] == "awaiting_human"
+    approval = PendingApproval.objects.get()
+    assert approval.tool == "write_file"
+    assert api(carol).post(f"/api/tools/{approval.tool_call_id}/resolve", {"decision": "approve"},
+                           format="json").status_code == 202
+    done = Run.objects.get()
+    assert done.status == RunStatus.COMPLETED, done.status
+    from loop.models import SessionEvent
+
+    compacted = set(SessionEvent.objects.filter(session_id=done.session_id, kind="compaction")
+                    .values_list("narrative", flat=True))
+    assert "" in compacted and any(n.startswith("child:log-analyst:") for n in compacted)
+    answer = SessionEvent.objects.filter(session_id=done.session_id, kind="assistant", narrative="").last()
+    assert "Playbook complete" not in answer.payload["content"], "no step was skipped"
+    assert read_current(done.session_id, "reports/findings.md") is not None
+    from skald.crosscheck import replay_verify_session
+
+    report = replay_verify_session(session_id=done.session_id)
+    assert report.ok, report.mismatches
+
+
 def test_the_wait_is_bounded_and_a_run_still_queued_at_the_deadline_answers_202(alice, api, world, provider,
                                                                                  settings):
     from django_q.models import OrmQ

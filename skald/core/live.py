@@ -1,0 +1,66 @@
+"""Live admin pages: "topic T changed" announced to the pages that show T, once the change commits.
+
+Every state change writes its audit row inside its own transaction (the write path), so
+``audit.services.audit_append`` announces the topic of each row it writes (``audit.kinds.live_topic``)
+and no service can forget to. A notice carries only the topic and the kind's label: a page that
+hears one re-reads what it shows, through the same permission checks as a reload. It travels on the
+channel layer, which crosses processes in both profiles (the embedded profile's datagram layer,
+Redis in production), so a call a worker parks reaches an approver's open queue at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from skald.core.group_send import group_send_soon
+from skald.core.roles import GOVERNANCE_ROLES, has_role
+
+# Each topic and the permission a viewer needs to hear it (the pages that show it require the same;
+# runs and cases are every governance role's context, so their topic is too).
+LIVE_TOPICS: dict[str, str] = {
+    "approvals": "approvals.view_pendingapproval",
+    "runs": "skald.view_run",
+    "proposals": "proposals.view_proposal",
+    "audit": "audit.view_auditevent",
+}
+
+
+def live_topic_allowed(user: Any, topic: str) -> bool:
+    """Whether ``user`` may follow ``topic`` (an unknown topic: no)."""
+    if topic not in LIVE_TOPICS:
+        return False
+    return bool(user.has_perm(LIVE_TOPICS[topic])) or (topic == "runs" and has_role(user, *GOVERNANCE_ROLES))
+MESSAGE_TYPE = "live.changed"  # the consumer's handler: ``live_changed``
+
+
+def live_group(topic: str) -> str:
+    return f"live.{topic}"
+
+
+class _Announcement:
+    """One topic's notice among the transaction's on-commit callbacks: the first row of a topic in
+    a transaction schedules it, later rows find it there (Django drops it with a rolled-back
+    savepoint, so a surviving notice never announces an undone change)."""
+
+    __slots__ = ("kind", "topic")
+
+    def __init__(self, topic: str, kind: str) -> None:
+        self.topic, self.kind = topic, kind
+
+    def __call__(self) -> None:
+        group_send_soon(live_group(self.topic), {"type": MESSAGE_TYPE, "topic": self.topic, "kind": self.kind})
+
+
+def live_announce_on_commit(topic: str, *, kind: str) -> None:
+    """Tell the pages showing ``topic`` that it changed, once the caller's transaction commits
+    (at once in autocommit). ``kind`` names what happened, for the page's own log."""
+    if topic not in LIVE_TOPICS:
+        raise ValueError(f"unknown live topic {topic!r}")
+    connection = transaction.get_connection()
+    for entry in connection.run_on_commit:  # (savepoint ids, callback, robust)
+        if isinstance(entry[1], _Announcement) and entry[1].topic == topic:
+            return
+    # Robust: a notice that cannot be sent is logged, never raised into the service that committed.
+    transaction.on_commit(_Announcement(topic, kind), robust=True)

@@ -1,0 +1,107 @@
+"""The identity provider profile: ``SKALD_OIDC_*``, all of the required ones or none.
+
+Read at first use from ``settings.SKALD_OIDC_ENV``; a partial profile fails the ``skald.E010``
+system check, so the server refuses to start (like the GDL provider profile). The provider's
+endpoints come from its discovery document, fetched once per process at the first sign-in.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import httpx
+from django.conf import settings
+
+REQUIRED = ("SKALD_OIDC_ISSUER", "SKALD_OIDC_CLIENT_ID", "SKALD_OIDC_CLIENT_SECRET")
+OPTIONAL = ("SKALD_OIDC_AUDIENCE", "SKALD_OIDC_GROUPS_CLAIM", "SKALD_OIDC_SCOPES", "SKALD_OIDC_PROVIDER_NAME",
+            "SKALD_OIDC_TIMEOUT_SECONDS")
+
+
+@dataclass(frozen=True)
+class OidcConfig:
+    issuer: str
+    client_id: str
+    client_secret: str
+    audience: str  # the ``aud`` an API bearer token must carry
+    groups_claim: str
+    scopes: str
+    provider_name: str
+    timeout: float
+
+
+class OidcProfileError(ValueError):
+    """The ``SKALD_OIDC_*`` variables are partial or malformed."""
+
+
+def _parse(env: dict[str, str]) -> OidcConfig | None:
+    present = [name for name in REQUIRED if env.get(name, "").strip()]
+    unknown = sorted(set(env) - set(REQUIRED) - set(OPTIONAL))
+    if unknown:
+        raise OidcProfileError(f"unknown variable(s) {', '.join(unknown)}")
+    if not present:
+        extra = [name for name in OPTIONAL if env.get(name, "").strip()]
+        if extra:
+            raise OidcProfileError(f"{', '.join(extra)} set without {', '.join(REQUIRED)}")
+        return None
+    missing = [name for name in REQUIRED if name not in present]
+    if missing:
+        raise OidcProfileError(f"missing {', '.join(missing)}")
+    issuer = env["SKALD_OIDC_ISSUER"].strip().rstrip("/")
+    if not issuer.startswith(("https://", "http://127.0.0.1", "http://localhost")):
+        raise OidcProfileError("SKALD_OIDC_ISSUER must be an https:// URL (http only on loopback)")
+    try:
+        timeout = float(env.get("SKALD_OIDC_TIMEOUT_SECONDS") or 10)
+    except ValueError:
+        raise OidcProfileError("SKALD_OIDC_TIMEOUT_SECONDS must be a number") from None
+    client_id = env["SKALD_OIDC_CLIENT_ID"].strip()
+    return OidcConfig(
+        issuer=issuer, client_id=client_id, client_secret=env["SKALD_OIDC_CLIENT_SECRET"].strip(),
+        audience=(env.get("SKALD_OIDC_AUDIENCE") or client_id).strip(),
+        groups_claim=(env.get("SKALD_OIDC_GROUPS_CLAIM") or "groups").strip(),
+        scopes=(env.get("SKALD_OIDC_SCOPES") or "openid email profile").strip(),
+        provider_name=(env.get("SKALD_OIDC_PROVIDER_NAME") or "single sign-on").strip(), timeout=timeout)
+
+
+def oidc_error() -> str:
+    """Why the profile is invalid, or "" when it is complete or absent."""
+    try:
+        _parse(dict(settings.SKALD_OIDC_ENV))
+    except OidcProfileError as exc:
+        return str(exc)
+    return ""
+
+
+def oidc_config() -> OidcConfig | None:
+    """The profile, or ``None`` when single sign-on is not configured (or the profile is invalid:
+    the system check has already refused to start in that case)."""
+    try:
+        return _parse(dict(settings.SKALD_OIDC_ENV))
+    except OidcProfileError:
+        return None
+
+
+_discovery_lock = threading.Lock()
+
+
+@cache
+def _discover(issuer: str, timeout: float) -> dict[str, Any]:
+    document = httpx.get(f"{issuer}/.well-known/openid-configuration", timeout=timeout).raise_for_status().json()
+    if str(document.get("issuer", "")).rstrip("/") != issuer:
+        raise OidcProfileError(f"the discovery document names issuer {document.get('issuer')!r}, not {issuer!r}")
+    for name in ("authorization_endpoint", "token_endpoint", "userinfo_endpoint", "jwks_uri"):
+        if not document.get(name):
+            raise OidcProfileError(f"the discovery document has no {name}")
+    return dict(document)
+
+
+def discovery(config: OidcConfig) -> dict[str, Any]:
+    """The provider's discovery document (fetched once per process and issuer)."""
+    with _discovery_lock:
+        return _discover(config.issuer, config.timeout)
+
+
+def discovery_forget() -> None:
+    _discover.cache_clear()

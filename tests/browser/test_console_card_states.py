@@ -1,0 +1,61 @@
+"""The console's approval card when an answer is refused and when its exchange is stopped (issue 13:
+"errors next to the card, resolved and cancelled states"), in headless Chromium on the real stack.
+
+The stack runs with four eyes on, so an approver who asks for a gated write in their own session
+may not approve it: the refusal shows on the card, which stays answerable. Stopping the session
+then cancels the parked call: the card says so and offers no buttons.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from selenium.webdriver.common.by import By
+
+from tests.browser.conftest import Admin
+from tests.e2e.stack import Stack, launch
+
+pytestmark = [pytest.mark.browser, pytest.mark.e2e]
+
+WORKER_WAIT = 90.0  # a hang guard for steps a qcluster worker drives, not a time assertion
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    running = launch(tmp_path_factory.mktemp("var"), {"SKALD_FOUR_EYES": "1"})
+    yield running
+    if not running.stopped:
+        running.stop()
+
+
+def test_a_refused_answer_shows_on_the_card_and_a_stop_cancels_it(admin: Admin, stack: Stack) -> None:
+    admin.login("approver")
+    admin.open("/console/")
+    admin.click("#new-session")
+    admin.wait_text("#status", "Session #", what="a new session to open")
+    admin.fill("#message", "Why does checkout return 502?")
+    admin.click("#composer button[type=submit]")
+    admin.wait_text("#events .card", "Approval needed: write_file", what="the card from the worker",
+                    timeout=WORKER_WAIT)
+
+    card = admin.find("#events .card")
+    card.find_element(By.CSS_SELECTOR, "input").send_keys("My own report; fine.")
+    card.find_element(By.CSS_SELECTOR, "button.approve").click()
+    admin.wait_text("#events .card .error", "four_eyes_required", what="the refusal next to the card")
+    assert "requester cannot approve their own call" in admin.text("#events .card .error")
+    card = admin.find("#events .card")
+    assert "waiting" in card.get_attribute("class")  # still open: another approver may answer it
+    assert all(button.is_enabled() for button in card.find_elements(By.CSS_SELECTOR, "button"))
+    admin.driver.execute_script("arguments[0].scrollIntoView()", card)
+    admin.screenshot("console-card-refused")
+
+    admin.click("#stop")
+    admin.wait_text("#events .card .state", "Cancelled", what="the card to turn cancelled", timeout=WORKER_WAIT)
+    card = admin.find("#events .card")
+    assert "cancelled" in card.get_attribute("class") and "waiting" not in card.get_attribute("class")
+    assert not card.find_elements(By.CSS_SELECTOR, "button")  # nothing left to answer
+    assert not card.find_element(By.CSS_SELECTOR, ".error").text  # the earlier refusal no longer applies
+    admin.wait_text("#status", "canceled", what="the exchange to end cancelled", timeout=WORKER_WAIT)
+    admin.driver.execute_script("arguments[0].scrollIntoView()", card)
+    admin.screenshot("console-card-cancelled")
