@@ -34,5 +34,5 @@ def drop(apps, schema_editor) -> None:  # noqa: ANN001
 
 
 class Migration(migrations.Migration):
-    dependencies = [("audit", "0004_audit_kinds")]
+    dependencies = [("audit", "0006_compaction_and_hook_error_kinds")]
     operations = [migrations.RunPython(create, drop)]
