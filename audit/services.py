@@ -7,7 +7,7 @@ chain per tenant, say) changes this module and nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -42,17 +42,21 @@ def _require_short(name: str, value: str) -> None:
         raise ValueError(f"audit {name} must be 1 to {_FIELD_MAX} characters, got {len(value)}")
 
 
-def _serialise_appends() -> None:
-    """Hold the chain's write lock until the caller's transaction ends.
+def _lock_and_read_tip(cursor: Any) -> tuple[int, str]:
+    """Take the chain's write lock until the caller's transaction ends, then read the tip.
 
-    PostgreSQL: an advisory transaction lock, taken before the head is read, so two writers never
-    both extend the same head. SQLite: the connection begins every transaction IMMEDIATE, so the
-    database-wide write lock is already held. Elsewhere the unique ``seq`` is the last line: a
-    racing writer fails loudly instead of forking the chain.
+    PostgreSQL: an advisory transaction lock, taken before the tip is read, so two writers never
+    both extend the same tip; ``audit_chain_tip`` (migration 0007) does both in one round trip.
+    SQLite: the connection begins every transaction IMMEDIATE, so the database-wide write lock is
+    already held. Elsewhere the unique ``seq`` is the last line: a racing writer fails loudly
+    instead of forking the chain.
     """
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CHAIN_LOCK_KEY])
+        cursor.execute("SELECT tip_seq, tip_hash FROM audit_chain_tip(%s)", [CHAIN_LOCK_KEY])
+    else:
+        cursor.execute("SELECT seq, hash FROM audit_auditevent ORDER BY seq DESC LIMIT 1")
+    row = cursor.fetchone()
+    return (int(row[0]), row[1]) if row else (0, GENESIS)
 
 
 class _TipMarker:
@@ -89,6 +93,71 @@ def _now() -> datetime:
     return moment.astimezone(UTC)
 
 
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One row to append, as :func:`audit_append_statement` takes it."""
+
+    actor: Actor
+    kind: AuditKind
+    subject_type: str
+    subject_id: str | int
+    payload: Mapping[str, Any]
+
+
+def _checked(entry: AuditEntry) -> dict[str, Any]:
+    """The row's fields but seq and hashes, validated and canonical (before the chain lock: a bad
+    row fails without holding up other writers)."""
+    kind = AuditKind(entry.kind)
+    subject_id = str(entry.subject_id)
+    actor = entry.actor
+    if actor.type not in ActorType.values:
+        raise ValueError(f"unknown actor type {actor.type!r}")
+    for name, value in (("actor id", actor.id), ("subject_type", entry.subject_type), ("subject_id", subject_id)):
+        _require_short(name, value)
+    if not isinstance(entry.payload, Mapping):
+        raise TypeError(f"audit payload must be a mapping, got {type(entry.payload).__name__}")
+    return {
+        "actor_type": str(actor.type),
+        "actor_id": actor.id,
+        "kind": int(kind),
+        "subject_type": entry.subject_type,
+        "subject_id": subject_id,
+        "payload": chain.canonical_json(dict(entry.payload)),
+    }
+
+
+def _linked(rows: list[dict[str, Any]]) -> tuple[str, list[Any]]:
+    """Take the chain lock, link ``rows`` to the tip (seq, time, prev_hash, hash filled in) and
+    return the one INSERT that appends them; this transaction's later appends start from them.
+
+    Raw SQL: every audited write in the deployment passes here, and the ORM's query building
+    would cost more than the statements themselves.
+    """
+    tip = _tip_in_this_transaction()
+    if tip is None:
+        with connection.cursor() as cursor:
+            tip = _lock_and_read_tip(cursor)
+    seq, prev_hash = tip
+    params: list[Any] = []
+    for fields in rows:
+        seq += 1
+        fields["time"] = _now()
+        fields["seq"], fields["prev_hash"] = seq, prev_hash
+        fields["hash"] = prev_hash = chain.row_hash(**fields)
+        params += [seq, connection.ops.adapt_datetimefield_value(fields["time"]), fields["actor_type"],
+                   fields["actor_id"], fields["kind"], fields["subject_type"], fields["subject_id"],
+                   fields["payload"], fields["prev_hash"], fields["hash"]]
+    # Dropped with the transaction (or savepoint) if it rolls back, so it never names an undone row.
+    transaction.on_commit(_TipMarker(seq, prev_hash))
+    for fields in rows:  # once committed, each row's live topics are announced (skald.core.live)
+        kind = AuditKind(fields["kind"])
+        for topic in live_topics(kind):
+            live_announce_on_commit(topic, kind=kind.label)
+    values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
+    return ("INSERT INTO audit_auditevent (seq, time, actor_type, actor_id, kind, subject_type, subject_id, "  # noqa: S608 - placeholders only
+            f"payload, prev_hash, hash) VALUES {values}", params)
+
+
 def audit_append(
     *,
     actor: Actor,
@@ -110,49 +179,31 @@ def audit_append(
     """
     if not connection.in_atomic_block:
         raise AuditOutsideTransaction("audit_append must run inside the transaction it records")
-    kind = AuditKind(kind)
-    subject_id = str(subject_id)
-    if actor.type not in ActorType.values:
-        raise ValueError(f"unknown actor type {actor.type!r}")
-    for name, value in (("actor id", actor.id), ("subject_type", subject_type), ("subject_id", subject_id)):
-        _require_short(name, value)
-    if not isinstance(payload, Mapping):
-        raise TypeError(f"audit payload must be a mapping, got {type(payload).__name__}")
-    # Canonicalise before taking the lock: a bad payload fails without holding up other writers.
-    body = chain.canonical_json(dict(payload))
-
-    tip = _tip_in_this_transaction()
-    if tip is None:
-        _serialise_appends()
-    fields: dict[str, Any] = {
-        "time": _now(),
-        "actor_type": str(actor.type),
-        "actor_id": actor.id,
-        "kind": int(kind),
-        "subject_type": subject_type,
-        "subject_id": subject_id,
-        "payload": body,
-    }
-    # Raw SQL: every audited write in the deployment passes here, and the ORM's query building
-    # would cost more than the statements themselves.
+    fields = _checked(AuditEntry(actor, kind, subject_type, subject_id, payload))
+    statement, params = _linked([fields])
     with connection.cursor() as cursor:
-        if tip is None:
-            cursor.execute("SELECT seq, hash FROM audit_auditevent ORDER BY seq DESC LIMIT 1")
-            row = cursor.fetchone()
-            tip = (int(row[0]), row[1]) if row else (0, GENESIS)
-        fields["seq"], fields["prev_hash"] = tip[0] + 1, tip[1]
-        digest = chain.row_hash(**fields)
-        cursor.execute(
-            "INSERT INTO audit_auditevent (seq, time, actor_type, actor_id, kind, subject_type, subject_id, "
-            "payload, prev_hash, hash) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
-            [fields["seq"], connection.ops.adapt_datetimefield_value(fields["time"]), fields["actor_type"],
-             fields["actor_id"], fields["kind"], subject_type, subject_id, body, fields["prev_hash"], digest],
-        )
+        cursor.execute(f"{statement} RETURNING id", params)
         row_id = cursor.fetchone()[0]
-    transaction.on_commit(_TipMarker(fields["seq"], digest))
-    for topic in live_topics(kind):
-        live_announce_on_commit(topic, kind=kind.label)
-    return AuditEvent(pk=row_id, hash=digest, **fields)
+    return AuditEvent(pk=row_id, **fields)
+
+
+def audit_append_statement(entries: Sequence[AuditEntry]) -> tuple[str, list[Any]]:
+    """The one INSERT that appends ``entries`` in order, for the caller to run in this transaction
+    before it commits, alone or as part of a larger statement (the kernel store sends it with its
+    own rows: one round trip for both).
+
+    Same chain, lock and checks as :func:`audit_append`: the chain lock is taken and the tip read
+    here, and the rows are linked to it. Run nothing else that appends before the statement has
+    run. Returns ``("", [])`` for no entries.
+
+    Raises:
+        AuditOutsideTransaction: no transaction is open.
+        ValueError / TypeError: as :func:`audit_append`; nothing is locked or written then.
+    """
+    if not connection.in_atomic_block:
+        raise AuditOutsideTransaction("audit_append_statement must run inside the transaction it records")
+    rows = [_checked(entry) for entry in entries]
+    return _linked(rows) if rows else ("", [])
 
 
 def chain_head_record(*, actor: Actor) -> ChainHead:

@@ -2,6 +2,7 @@
 then :mod:`bench.stream_latency`, event commit → websocket client, in the embedded and Redis profiles;
 then :mod:`bench.compaction` (a 2,000-turn session: request size and per-turn cost at turns 1, 500,
 1,000 and 2,000) on each database;
+then :mod:`bench.scale`, K sessions x W qcluster workers through django-q2 and a worker's RSS;
 then the load test (:mod:`bench.load`) against daphne + 2 qclusters on PostgreSQL + Redis.
 
 Each run is a fresh process with a hermetic environment (no ``SKALD_*``/``DATABASE_URL`` from the
@@ -19,6 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 from bench import tripwires as tripwire_bench
@@ -32,6 +34,10 @@ STREAM_POSTGRES_URL = os.environ.get("BENCH_STREAM_POSTGRES_URL",
 STREAM_REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/6")
 STREAM_TARGET_P95_MS = {"embedded": 250.0, "redis": 50.0}
 LOAD_TIMEOUT_S = 1200
+SCALE_POSTGRES_URL = os.environ.get("BENCH_SCALE_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/skald_bench_scale")
+SCALE_TIMEOUT_S = 1500
+BENCH_DIR = BASE_DIR / "var" / "bench"
+STAMP = time.strftime("%Y%m%dT%H%M%S")
 COMPACTION_TIMEOUT_S = 900
 # Variables that would make a run depend on the developer's shell (as in skald.testrun).
 _HERMETIC_PREFIXES = ("BRAIN_GDL_PROVIDER_", "SKALD_", "REDIS_URL", "DATABASE_URL", "BRAIN_ENGINE_")
@@ -135,14 +141,17 @@ def summary(results: dict[str, Result | str]) -> str:
         lambda r: f"{r.median_ms:.2f} ms {mark(r.median_ms <= r.target_median_ms)}",
         " / ".join(f"<= {TARGET_MEDIAN_MS[k]:g} ms {k}" for k in ("sqlite", "postgresql")))
     row("p95 overhead", lambda r: f"{r.p95_ms:.2f} ms")
+    row("CPU per turn (this process)", lambda r: f"{r.cpu_median_ms:.2f} ms")
     row(f"mean of turns 1-{EDGE}", lambda r: f"{r.first_mean_ms:.2f} ms")
     row(f"mean of turns {TURNS - EDGE + 1}-{TURNS}", lambda r: f"{r.last_mean_ms:.2f} ms")
     row(f"growth turn {TURNS} / turn 1", lambda r: f"{r.growth:.2f}x {mark(r.growth <= TARGET_GROWTH)}",
         f"<= {TARGET_GROWTH}x")
-    row("events persisted per second", lambda r: f"{r.events_per_s:,.0f}")
+    row("events persisted per second", lambda r: f"{r.events_per_s:,.0f}", ">= 1,500 postgresql")
     row("session events per turn", lambda r: f"{r.events / r.turns:.1f}")
     row("audit rows per turn", lambda r: f"{r.audit_rows_per_turn:.1f}")
-    row("queries per turn", lambda r: str(r.queries_per_turn))
+    row("statements per turn (round trips)", lambda r: str(r.queries_per_turn),
+        "pinned by tests/skald/test_turn_statements.py")
+    row("commits per turn", lambda r: str(r.query_kinds.get("COMMIT", 0)))
     row("commit floor (probe x commits)",
         lambda r: f"{r.commit_ms * r.query_kinds.get('COMMIT', 0):.2f} ms")
     row("audit chain verified", lambda r: "ok" if r.chain_ok else "BROKEN")
@@ -195,15 +204,61 @@ def main() -> int:
         if not isinstance(results["PostgreSQL"], str) and not recreate_postgres_database(POSTGRES_URL):
             compaction["PostgreSQL"] = run_compaction(f"PostgreSQL ({POSTGRES_URL}, recreated)",
                                                       _env(Path(tmp) / "c-postgres", POSTGRES_URL))
-    print(f"\n=== Summary ({time.perf_counter() - started:.0f} s) ===", flush=True)
+    scale = run_scale()
+    print(f"\n=== Summary ({time.perf_counter() - started:.0f} s, load average {load:.2f} at start, "
+          f"{os.getloadavg()[0]:.2f} now) ===", flush=True)
     print(summary(results), flush=True)
     print(stream_summary(streams), flush=True)
-    failed = [name for name, value in [*results.items(), *streams.items()]
+    print(scale_summary(scale), flush=True)
+    write_json(load, results, streams, scale)
+    failed = [name for name, value in [*results.items(), *streams.items(), ("scale", scale)]
               if isinstance(value, str) and not value.startswith("unreachable")]
     failed += [f"compaction on {name}" for name, problem in compaction.items() if problem]
     if run_load() != 0:
         failed.append("load test")
     return 1 if failed else 0
+
+
+def run_scale() -> dict[str, object] | str:
+    """K sessions x W qcluster workers through django-q2 (bench/scale.py), and worker RSS."""
+    print("\n=== Scale: K sessions x W workers, PostgreSQL + Redis (bench/scale.py) ===", flush=True)
+    problem = recreate_postgres_database(SCALE_POSTGRES_URL)
+    if problem:
+        return f"unreachable: {problem}"
+    result_file = BENCH_DIR / f"scale-{STAMP}.json"
+    env = {**os.environ, "BENCH_SCALE_DATABASE_URL": SCALE_POSTGRES_URL}
+    try:
+        completed = subprocess.run([sys.executable, "-m", "bench.scale", "--result-file", str(result_file)],
+                                   cwd=BASE_DIR, env=env, timeout=SCALE_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return f"timed out after {SCALE_TIMEOUT_S} s"
+    if not result_file.exists():
+        return f"failed with exit status {completed.returncode}"
+    figures = dict(json.loads(result_file.read_text(encoding="utf-8")))
+    return figures if completed.returncode == 0 else f"failed with exit status {completed.returncode}"
+
+
+def scale_summary(scale: dict[str, object] | str) -> str:
+    if isinstance(scale, str):
+        return f"scale: not measured ({scale})"
+    from bench.scale import Point, Report, table
+
+    report = Report(**{**scale, "points": [Point(**p) for p in scale["points"]]})  # type: ignore[arg-type, union-attr]
+    return table(report)
+
+
+def write_json(load: float, results: dict[str, Result | str], streams: dict[str, dict[str, object] | str],
+               scale: dict[str, object] | str) -> None:
+    """The figures of this run, comparable with later ones (``var/bench/bench-<time>.json``)."""
+    BENCH_DIR.mkdir(parents=True, exist_ok=True)
+    figures = {
+        "time": STAMP, "load_average_at_start": load, "cpus": os.cpu_count(),
+        "kernel": {name: asdict(value) if isinstance(value, Result) else value for name, value in results.items()},
+        "stream": streams, "scale": scale,
+    }
+    path = BENCH_DIR / f"bench-{STAMP}.json"
+    path.write_text(json.dumps(figures, indent=2), encoding="utf-8")
+    print(f"JSON: {path}", flush=True)
 
 
 def run_load() -> int:

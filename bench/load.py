@@ -51,11 +51,14 @@ class Traffic:
     statuses: Counter[int] = field(default_factory=Counter)
     dropped: int = 0
     latencies: list[float] = field(default_factory=list)
+    by_method: dict[str, list[float]] = field(default_factory=dict)  # "POST" / "GET" → latencies
     server_errors: list[str] = field(default_factory=list)
     exchanges: list[int] = field(default_factory=list)
 
     def record(self, response: httpx.Response | None, started: float, what: str) -> None:
-        self.latencies.append(time.perf_counter() - started)
+        took = time.perf_counter() - started
+        self.latencies.append(took)
+        self.by_method.setdefault(what.split(" ", 1)[0], []).append(took)
         if response is None:
             self.dropped += 1
             return
@@ -224,6 +227,9 @@ def summarize(name: str, traffic: Traffic, wall: float, stack: BenchStack, cpu: 
         "settled": sum(1 for row in rows if row["status"] == "settled"),
         "admission_to_settled_ms": {f"p{q}": pct(latencies, q) * 1000 for q in (50, 95, 99)},
         "http_ms": {f"p{q}": pct(traffic.latencies, q) * 1000 for q in (50, 99)},
+        # POST …/messages/ (202) and GET …/events/?after= apart: the two HTTP figures.
+        "http_ms_by_method": {method: {f"p{q}": pct(values, q) * 1000 for q in (50, 99)}
+                              for method, values in sorted(traffic.by_method.items())},
         "daphne_cpu_ms_per_request": cpu["daphne"] * 1000 / max(1, traffic.requests),
         "worker_cpu_ms_per_exchange": cpu["workers"] * 1000 / max(1, len(traffic.exchanges)),
     }
@@ -304,7 +310,9 @@ def table(report: dict[str, Any]) -> str:
             f"(of them {p['backpressure_503']} backpressure 503s); "
             f"{p['exchanges']} exchanges ({p['settled']} settled), {p['exchanges_per_s']:.2f} exchanges/s; "
             f"admission->settled p50/p95/p99 {a['p50']:.0f}/{a['p95']:.0f}/{a['p99']:.0f} ms; "
-            f"HTTP p50/p99 {h['p50']:.0f}/{h['p99']:.0f} ms; "
+            f"HTTP p50/p99 {h['p50']:.0f}/{h['p99']:.0f} ms ("
+            + ", ".join(f"{m} {v['p50']:.0f}/{v['p99']:.0f}" for m, v in p.get("http_ms_by_method", {}).items())
+            + "); "
             f"daphne CPU {p['daphne_cpu_ms_per_request']:.2f} ms/request; "
             f"worker CPU {p['worker_cpu_ms_per_exchange']:.1f} ms/exchange")
     if "store" in report:

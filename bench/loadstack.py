@@ -108,7 +108,8 @@ class BenchStack:
 
     def find_processes(self) -> None:
         tree = self.stack.remember_tree()
-        self.daphne_pid = next(p.pid for p in tree if "daphne" in p.cmdline)
+        # The launcher serves daphne in a child of its own (``python -m skald.launcher --serve``).
+        self.daphne_pid = next(p.pid for p in tree if "daphne" in p.cmdline or "skald.launcher --serve" in p.cmdline)
         self.worker_pids = [p.pid for p in tree if "qcluster" in p.cmdline]
 
     def cpu(self) -> dict[str, float]:

@@ -19,12 +19,29 @@ class Clock(Protocol):
     def now(self) -> datetime: ...
 
 
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """One audit row as the store hands it to :meth:`AuditSink.append_statement`."""
+
+    label: str
+    principal: str
+    subject_type: str
+    subject_id: str
+    payload: Mapping[str, Any]
+
+
 class AuditSink(Protocol):
-    """Appends one audit row inside the caller's transaction. ``label`` is a dotted kind label."""
+    """Appends audit rows inside the caller's transaction. ``label`` is a dotted kind label."""
 
     def append(
         self, label: str, *, principal: str, subject_type: str, subject_id: str, payload: Mapping[str, Any]
     ) -> None: ...
+
+    def append_statement(self, records: Sequence[AuditRecord]) -> tuple[str, list[Any]]:
+        """``records`` in order, as ``append`` would write them one by one: returns the one SQL
+        statement (and its parameters) that the store runs in this transaction before it commits,
+        or ``("", [])`` when the sink keeps nothing in the database."""
+        ...
 
 
 class EventBus(Protocol):

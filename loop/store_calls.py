@@ -17,7 +17,7 @@ from loop import sql
 from loop.digest import arguments_hash, canonical, events_digest
 from loop.events import EventKind
 from loop.journal import Journal
-from loop.models import Exchange, Frame, ToolCall, ToolCallStatus
+from loop.models import TERMINAL_TOOL_CALL_STATUSES, Exchange, Frame, ToolCall, ToolCallStatus
 from loop.projection import call_key
 from loop.providers.base import AssembledTurn
 from loop.sql import calls as call_rows
@@ -81,7 +81,7 @@ class CallLog:
         seq = self.journal.append(
             exchange.session_id, EventKind.ASSISTANT, payload,
             f"s{exchange.session_id}:{frame.narrative}e{number}:t{turn}:assistant",
-            exchange_id=exchange.pk, narrative=frame.narrative,
+            exchange_id=exchange.pk, narrative=frame.narrative, fresh=True,  # the turn was counted with it
         )
         calls: list[tuple[ToolCall, ParsedCall]] = []
         with sql.cursor() as cursor:
@@ -98,9 +98,9 @@ class CallLog:
                 )
                 call._state.adding = False
                 calls.append((call, c))
-            exchange_rows.count_turn(cursor, exchange.pk, input_tokens=assembled.input_tokens or 0,
-                                     output_tokens=assembled.output_tokens or 0, spent=spent,
-                                     incomplete=not assembled.has_usage)
+        self.journal.write(exchange_rows.count_turn(exchange.pk, input_tokens=assembled.input_tokens or 0,
+                                                    output_tokens=assembled.output_tokens or 0, spent=spent,
+                                                    incomplete=not assembled.has_usage))
         self.journal.audit(
             "loop.turn.ended", principal=principal, subject_type="exchange", subject_id=exchange.pk,
             payload={"turn": turn, "seq": seq, "calls": [c.key for c in parsed],
@@ -114,13 +114,14 @@ class CallLog:
         payload = {"key": call.call_key, "name": call.tool, "arguments_hash": call.arguments_hash}
         seq = self.journal.append(call.session_id, EventKind.TOOL_INTENT, payload,
                                   f"s{call.session_id}:{narrative}{call.call_key}:intent",
-                                  exchange_id=call.exchange_id, narrative=narrative)
+                                  exchange_id=call.exchange_id, narrative=narrative,
+                                  fresh=call.status == ToolCallStatus.PLANNED)  # else it may be journaled
         self.transition(call, ToolCallStatus.RUNNING, principal=principal, extra={"seq": seq})
         self.journal.wake(call.session_id, seq)
 
     def record_intent(self, call: ToolCall, *, principal: str, narrative: str = "") -> None:
         """Journal ``control:tool_intent`` and mark the call running, before it executes (SPEC L9)."""
-        with transaction.atomic():
+        with self.journal.batch():
             self.intent(call, principal=principal, narrative=narrative)
 
     def result(
@@ -135,12 +136,13 @@ class CallLog:
         """
         payload = {"key": call.call_key, "name": call.tool, "content": content, "is_error": is_error,
                    "status": status, "truncated": truncated}
+        fresh = call.status not in TERMINAL_TOOL_CALL_STATUSES  # a result commits with the call's final state
         first = self.journal.append(call.session_id, EventKind.TOOL_RESULT, payload,
                                     f"s{call.session_id}:{narrative}{call.call_key}:result",
-                                    exchange_id=call.exchange_id, narrative=narrative)
+                                    exchange_id=call.exchange_id, narrative=narrative, fresh=fresh)
         done = self.journal.append(call.session_id, EventKind.TOOL_DONE, {"key": call.call_key, "status": status},
                                    f"s{call.session_id}:{narrative}{call.call_key}:done",
-                                   exchange_id=call.exchange_id, narrative=narrative)
+                                   exchange_id=call.exchange_id, narrative=narrative, fresh=fresh)
         if subagent is not None:  # a delegate's one subagent_result, with its call's result
             done = self.journal.append(call.session_id, EventKind.SUBAGENT_RESULT, {"key": call.call_key, **subagent},
                                        f"s{call.session_id}:{narrative}{call.call_key}:subagent",
@@ -160,7 +162,7 @@ class CallLog:
     ) -> None:
         """Append ``tool_result`` + ``control:tool_done`` (and a delegate's ``subagent_result``) and
         settle the call's state."""
-        with transaction.atomic():
+        with self.journal.batch():
             self.result(call, status=status, content=content, is_error=is_error, truncated=truncated,
                         principal=principal, narrative=narrative, withheld=withheld, subagent=subagent)
 
@@ -180,12 +182,13 @@ class CallLog:
         runs in the same transaction (the product cancels the calls' pending approvals there).
         Returns how many were canceled.
         """
-        with transaction.atomic():
+        with self.journal.batch():
             for call in calls:
                 self.result(call, status=ToolCallStatus.CANCELED, content=CANCELED_RESULT.format(reason=reason),
                             is_error=True, truncated=False, principal=principal,
                             narrative=call.frame.narrative if narrative is None else narrative)
             if then is not None and calls:
+                self.journal.flush_rows()  # the product's callback reads the calls' rows as they are now
                 then([call.pk for call in calls], principal)
         return len(calls)
 
@@ -193,9 +196,8 @@ class CallLog:
         previous = call.status
         call.status = status
         call.updated_at = self.journal.now()
-        with sql.cursor() as cursor:
-            call_rows.set_call_state(cursor, call.pk, status=status, result=call.result, is_error=call.is_error,
-                                     now=call.updated_at)
+        self.journal.write(call_rows.set_call_state(call.pk, status=status, result=call.result,
+                                                    is_error=call.is_error, now=call.updated_at))
         self.journal.audit(
             "loop.tool_call.transition", principal=principal, subject_type="tool_call", subject_id=call.pk,
             payload={"key": call.call_key, "tool": call.tool, "from": previous, "to": status,

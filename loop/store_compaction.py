@@ -89,18 +89,19 @@ class CompactionLog:
         """Commit a compaction and its probe report; an exact retry returns the stored rows."""
         session_id = exchange.session_id
         key = compaction_key(session_id, narrative, exchange.number, int(manifest["last_seq"]))
-        with transaction.atomic():
+        with self.journal.batch():  # the rows and audit rows go out together (loop/journal.py)
             with sql.cursor() as cursor:
                 stored = event_rows.find_event(cursor, key)
                 stored_probe = event_rows.find_event(cursor, key + ":probe") if stored else None
             if stored is not None and stored_probe is not None:
                 return CompactionCommit(stored[0], stored_probe[0], replayed=True)
             payload = {"summary": summary, "manifest": dict(manifest)}
+            fresh = stored is None  # looked up just above; the probe row commits with it
             seq = self.journal.append(session_id, EventKind.COMPACTION, payload, key, exchange_id=exchange.pk,
-                                      narrative=narrative)
+                                      narrative=narrative, fresh=fresh)
             probe_payload = {**report, "compaction_seq": seq}
             probe_seq = self.journal.append(session_id, EventKind.COMPACTION_PROBE, probe_payload, key + ":probe",
-                                            exchange_id=exchange.pk, narrative=narrative)
+                                            exchange_id=exchange.pk, narrative=narrative, fresh=fresh)
             with sql.cursor() as cursor:
                 exchange_rows.add_usage(cursor, exchange.pk, input_tokens=usage[0], output_tokens=usage[1],
                                      spent=spent_tokens, incomplete=accounting_incomplete)

@@ -21,7 +21,6 @@ from loop.journal import Journal
 from loop.models import Exchange, ExchangeStatus, Frame, Outcome, ToolCall, ToolCallStatus
 from loop.outcomes import Canceled, TerminalOutcome, build_receipt, outcome_detail
 from loop.providers.base import AssembledTurn
-from loop.sql import events as event_rows
 from loop.sql import exchanges as rows
 from loop.store_calls import CallLog, ParsedCall
 
@@ -69,8 +68,9 @@ class ExchangeLog:
         :class:`SessionAwaitingHuman`). With ``claim_token`` the new exchange is claimed in the same
         transaction (an in-process driver)."""
         try:
-            with transaction.atomic():
+            with self.journal.batch():
                 session = rows.lock_session(session_id)
+                self.journal.seed_seq(session_id, session.last_seq)
                 clash = rows.admission_clash(session_id, request_key)
                 if clash is not None and clash.request_key == request_key:
                     return Admission(clash, replayed=True)
@@ -80,9 +80,11 @@ class ExchangeLog:
                 now = self.journal.now()
                 exchange = rows.create_exchange(session, request_key=request_key, content=content, config=config,
                                                 claim_token=claim_token, now=now, lease_until=now + self.lease)
+                self.journal.set_session_counter(session_id, "exchange_count", exchange.number)
                 payload = {"content": content, "author": author}
                 seq = self.journal.append(session_id, EventKind.USER, payload,
-                                          f"s{session_id}:e{exchange.number}:user", exchange_id=exchange.pk)
+                                          f"s{session_id}:e{exchange.number}:user", exchange_id=exchange.pk,
+                                          fresh=True)  # the exchange number is new
                 self.journal.audit(
                     "loop.exchange.admitted", principal=principal, subject_type="exchange", subject_id=exchange.pk,
                     payload={"session": session_id, "number": exchange.number, "request_key": request_key,
@@ -215,7 +217,7 @@ class ExchangeLog:
         ``journal`` calls (the first ones of the round) also get their ``control:tool_intent`` in
         this transaction: nothing happens between the message end and their intent but the gate.
         """
-        with transaction.atomic():
+        with self.journal.batch():
             calls = self.calls.message_end(exchange, frame, turn, assembled, principal, spent_tokens)
             for call, _parsed in calls[:journal]:
                 self.calls.intent(call, principal=principal, narrative=frame.narrative)
@@ -226,7 +228,7 @@ class ExchangeLog:
         spent_tokens: int, outcome: TerminalOutcome,
     ) -> dict[str, Any]:
         """A tool-free last turn: its message end and the settlement commit together."""
-        with transaction.atomic():
+        with self.journal.batch():
             self.calls.message_end(exchange, frame, turn, assembled, principal, spent_tokens)
             return self._settle(exchange, outcome, principal=principal, ledger=None)
 
@@ -238,7 +240,7 @@ class ExchangeLog:
         ``ledger`` saves the dispatch authority's spend in the same transaction (a settlement that
         no message end preceded). Updates ``exchange`` in place (status, outcome, receipt, counters).
         """
-        with transaction.atomic():
+        with self.journal.batch():
             return self._settle(exchange, outcome, principal=principal, ledger=ledger)
 
     def _settle(
@@ -257,13 +259,16 @@ class ExchangeLog:
                                 f"s{exchange.session_id}:e{exchange.number}:canceled", exchange_id=exchange.pk)
         # The end marker viewers follow: every outcome, not only the ones with a message.
         last = self.journal.append(exchange.session_id, EventKind.EXCHANGE_SETTLED, {"outcome": outcome.name},
-                                   f"s{exchange.session_id}:e{exchange.number}:settled", exchange_id=exchange.pk)
+                                   f"s{exchange.session_id}:e{exchange.number}:settled", exchange_id=exchange.pk,
+                                   fresh=True)  # written once, with the settlement
         now = self.journal.now()
+        self.journal.flush_rows()  # the receipt reads every row of the exchange back
         with sql.cursor() as cursor:
-            exchange.turns, exchange.input_tokens, exchange.output_tokens = rows.lock_counters(cursor, exchange.pk)
-            events = event_rows.exchange_events(cursor, exchange.pk)
-            receipt = build_receipt(exchange, outcome=outcome.name, events=events, detail=outcome_detail(outcome))
-            rows.mark_settled(cursor, exchange.pk, outcome=outcome.name, receipt=canonical(receipt), now=now)
+            counters, events = rows.counters_and_events(cursor, exchange.pk)
+        exchange.turns, exchange.input_tokens, exchange.output_tokens = counters
+        receipt = build_receipt(exchange, outcome=outcome.name, events=events, detail=outcome_detail(outcome))
+        for write in rows.mark_settled(exchange.pk, outcome=outcome.name, receipt=canonical(receipt), now=now):
+            self.journal.write(write)
         self.journal.audit(
             "loop.exchange.settled", principal=principal, subject_type="exchange", subject_id=exchange.pk,
             payload={"outcome": outcome.name, "receipt_digest": receipt["digest"], "last_seq": receipt["last_seq"],

@@ -178,6 +178,9 @@ Q_CLUSTER: dict[str, object] = {
     "max_attempts": 1,  # the kernel recovers explicitly; a blind retry could double-drive a turn
     "catch_up": False,
     "save_limit": 500,
+    # django-q2 replaces a worker process after this many tasks (its default, 500); the scale bench
+    # raises it to watch one worker's memory over 1,000 exchanges.
+    "recycle": envint("SKALD_Q_RECYCLE", 500, minimum=1),
     "poll": 0.2,
     "label": "Django Q2",
 }

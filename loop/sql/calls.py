@@ -10,6 +10,7 @@ from django.db.backends.utils import CursorWrapper
 
 from loop.models import ToolCall
 from loop.sql import json_param, when
+from loop.sql.batch import Write
 
 
 def insert_tool_call(cursor: CursorWrapper, values: Sequence[Any]) -> int:
@@ -24,13 +25,11 @@ def insert_tool_call(cursor: CursorWrapper, values: Sequence[Any]) -> int:
     return int(cursor.fetchone()[0])
 
 
-def set_call_state(
-    cursor: CursorWrapper, call_id: int, *, status: str, result: str, is_error: bool, now: datetime
-) -> None:
-    cursor.execute(
-        "UPDATE loop_toolcall SET status = %s, result = %s, is_error = %s, updated_at = %s WHERE id = %s",
-        [status, result, is_error, when(now), call_id],
-    )
+def set_call_state(call_id: int, *, status: str, result: str, is_error: bool, now: datetime) -> Write:
+    """The call's whole state (a later one of the same transaction replaces it)."""
+    return Write(("call", call_id),
+                 "UPDATE loop_toolcall SET status = %s, result = %s, is_error = %s, updated_at = %s WHERE id = %s",
+                 [status, result, is_error, when(now), call_id], supersedes=True)
 
 
 def transition_if(call_id: int, from_status: str, to_status: str, now: datetime) -> bool:

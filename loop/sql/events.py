@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connection
 from django.db.backends.utils import CursorWrapper
 
 from loop.models import Session, SessionEvent
-from loop.sql import json_param, load_json, when
+from loop.sql import for_update, json_param, load_json, when
 
 
 def next_seq(cursor: CursorWrapper, session_id: int) -> int | None:
@@ -77,6 +77,26 @@ def append_event(
     )
     allocated, inserted = cursor.fetchone()
     return (int(allocated) if allocated is not None else None), inserted is not None
+
+
+class EventRow(NamedTuple):
+    """A narrative row to insert, its seq already allocated."""
+
+    session_id: int
+    seq: int
+    exchange_id: int | None
+    kind: str
+    narrative: str
+    body: str
+    key: str
+    created_at: datetime
+
+
+def lock_last_seq(cursor: CursorWrapper, session_id: int) -> int | None:
+    """The session's ``last_seq``, its row locked until the transaction ends (None: no session)."""
+    cursor.execute(f"SELECT last_seq FROM loop_session WHERE id = %s{for_update()}", [session_id])
+    row = cursor.fetchone()
+    return int(row[0]) if row else None
 
 
 def give_back_seq(cursor: CursorWrapper, session_id: int) -> None:

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from django.db import connection
 from django.db.backends.utils import CursorWrapper
 from django.db.models import Q
 
@@ -20,7 +21,8 @@ from loop.models import (
     ToolCall,
     ToolCallStatus,
 )
-from loop.sql import for_update, json_param, when
+from loop.sql import json_param, load_json, when
+from loop.sql.batch import Write
 
 ACTIVE_STATUSES = (ExchangeStatus.OPEN, ExchangeStatus.PARKED)
 
@@ -34,7 +36,7 @@ def create_session(*, owner_id: int, agent: str, source: str, title: str, now: d
 
 def lock_session(session_id: int) -> Session:
     """The session row, locked: admissions to one session queue behind each other."""
-    return Session.objects.select_for_update().only("agent", "exchange_count").get(pk=session_id)
+    return Session.objects.select_for_update().only("agent", "exchange_count", "last_seq").get(pk=session_id)
 
 
 def scratchpad_set(session_id: int, key: str, value: str, now: datetime) -> None:
@@ -64,21 +66,46 @@ def admission_clash(session_id: int, request_key: str) -> Exchange | None:
             .order_by("-number").first())
 
 
+def _insert_parts(obj: Exchange | Frame, *, skip: str = "") -> tuple[list[str], list[Any]]:
+    """An unsaved row's columns and values as the ORM would insert them (defaults, JSON, times)."""
+    fields = [f for f in obj._meta.concrete_fields if not f.primary_key and f.column != skip]
+    return ([connection.ops.quote_name(str(f.column)) for f in fields],
+            [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields])
+
+
 def create_exchange(
     session: Session, *, request_key: str, content: str, config: Mapping[str, Any], claim_token: str, now: datetime,
     lease_until: datetime,
 ) -> Exchange:
-    """The session's next exchange with its root frame (``exchange.root``); the session is locked."""
+    """The session's next exchange with its root frame (``exchange.root``); the session is locked
+    and the caller stores the new ``exchange_count``. One statement on PostgreSQL, two on SQLite."""
     number = session.exchange_count + 1
-    Session.objects.filter(pk=session.pk).update(exchange_count=number)
-    exchange = Exchange.objects.create(
+    exchange = Exchange(
         session_id=session.pk, number=number, request_key=request_key, input=content, status=ExchangeStatus.OPEN,
         config=dict(config), created_at=now, budget_tokens=config.get("budget_tokens"), claim_token=claim_token,
         claimed_at=now if claim_token else None, lease_until=lease_until if claim_token else None,
     )
-    exchange.root = Frame.objects.create(  # type: ignore[attr-defined]
-        session_id=session.pk, exchange=exchange, depth=0, agent=session.agent, created_at=now
-    )
+    frame = Frame(session_id=session.pk, depth=0, agent=session.agent, created_at=now)
+    columns, values = _insert_parts(exchange)
+    frame_columns, frame_values = _insert_parts(frame, skip="exchange_id")
+    marks, frame_marks = ", ".join(["%s"] * len(values)), ", ".join(["%s"] * len(frame_values))
+    insert_exchange = f"INSERT INTO loop_exchange ({', '.join(columns)}) VALUES ({marks}) RETURNING id"
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                f"WITH x AS ({insert_exchange}) INSERT INTO loop_frame ({', '.join(frame_columns)}, exchange_id) "
+                f"SELECT {frame_marks}, x.id FROM x RETURNING exchange_id, id", [*values, *frame_values])
+            exchange.pk, frame.pk = cursor.fetchone()
+        else:
+            cursor.execute(insert_exchange, values)
+            exchange.pk = cursor.fetchone()[0]
+            cursor.execute(f"INSERT INTO loop_frame ({', '.join(frame_columns)}, exchange_id) VALUES ({frame_marks}, "
+                           "%s) RETURNING id", [*frame_values, exchange.pk])
+            frame.pk = cursor.fetchone()[0]
+    for saved in (exchange, frame):
+        saved._state.adding, saved._state.db = False, connection.alias
+    frame.exchange = exchange
+    exchange.root = frame  # type: ignore[attr-defined]
     return exchange
 
 
@@ -162,35 +189,40 @@ def mark_broken(exchange_id: int, code: str) -> None:
     Exchange.objects.filter(pk=exchange_id).update(status=ExchangeStatus.BROKEN, error_code=code[:64])
 
 
-def count_turn(
-    cursor: CursorWrapper, exchange_id: int, *, input_tokens: int, output_tokens: int, spent: int, incomplete: bool
-) -> None:
+def count_turn(exchange_id: int, *, input_tokens: int, output_tokens: int, spent: int, incomplete: bool) -> Write:
+    return Write(("exchange", exchange_id),
+                 "UPDATE loop_exchange SET turns = turns + 1, input_tokens = input_tokens + %s, "
+                 "output_tokens = output_tokens + %s, reserved_tokens = %s, accounting_incomplete = %s WHERE id = %s",
+                 [input_tokens, output_tokens, spent, incomplete, exchange_id])
+
+
+def counters_and_events(cursor: CursorWrapper, exchange_id: int) -> tuple[tuple[int, int, int],
+                                                                          list[tuple[int, str, Any]]]:
+    """``(turns, input_tokens, output_tokens)`` of the exchange, its row locked until the
+    settlement commits, and every narrative row of the exchange in seq order: one statement."""
+    lock = " FOR UPDATE OF x" if connection.vendor == "postgresql" else ""
     cursor.execute(
-        "UPDATE loop_exchange SET turns = turns + 1, input_tokens = input_tokens + %s, "
-        "output_tokens = output_tokens + %s, reserved_tokens = %s, accounting_incomplete = %s WHERE id = %s",
-        [input_tokens, output_tokens, spent, incomplete, exchange_id],
+        "SELECT x.turns, x.input_tokens, x.output_tokens, e.seq, e.kind, e.payload FROM loop_exchange x "
+        f"LEFT JOIN loop_sessionevent e ON e.exchange_id = x.id WHERE x.id = %s ORDER BY e.seq{lock}",
+        [exchange_id],
     )
+    fetched = cursor.fetchall()
+    turns, input_tokens, output_tokens = fetched[0][:3]
+    events = [(int(seq), kind, load_json(payload)) for *_c, seq, kind, payload in fetched if seq is not None]
+    return (int(turns), int(input_tokens), int(output_tokens)), events
 
 
-def lock_counters(cursor: CursorWrapper, exchange_id: int) -> tuple[int, int, int]:
-    """``(turns, input_tokens, output_tokens)``, locked until the settlement commits."""
-    cursor.execute(f"SELECT turns, input_tokens, output_tokens FROM loop_exchange WHERE id = %s{for_update()}",
-                   [exchange_id])
-    turns, input_tokens, output_tokens = cursor.fetchone()
-    return int(turns), int(input_tokens), int(output_tokens)
-
-
-def mark_settled(cursor: CursorWrapper, exchange_id: int, *, outcome: str, receipt: str, now: datetime) -> None:
+def mark_settled(exchange_id: int, *, outcome: str, receipt: str, now: datetime) -> list[Write]:
     """The exchange settles with its receipt; its open frames close with the same outcome."""
-    cursor.execute(
-        f"UPDATE loop_exchange SET status = %s, outcome = %s, receipt = {json_param()}, claim_token = '', "
-        "lease_until = NULL, settled_at = %s WHERE id = %s",
-        [ExchangeStatus.SETTLED, outcome, receipt, when(now), exchange_id],
-    )
-    cursor.execute(
-        "UPDATE loop_frame SET status = %s, outcome = %s, closed_at = %s WHERE exchange_id = %s AND status = %s",
-        [FrameStatus.CLOSED, outcome, when(now), exchange_id, FrameStatus.OPEN],
-    )
+    return [
+        Write(("exchange", exchange_id),
+              f"UPDATE loop_exchange SET status = %s, outcome = %s, receipt = {json_param()}, claim_token = '', "
+              "lease_until = NULL, settled_at = %s WHERE id = %s",
+              [ExchangeStatus.SETTLED, outcome, receipt, when(now), exchange_id]),
+        Write(("frames", exchange_id),
+              "UPDATE loop_frame SET status = %s, outcome = %s, closed_at = %s WHERE exchange_id = %s AND status = %s",
+              [FrameStatus.CLOSED, outcome, when(now), exchange_id, FrameStatus.OPEN]),
+    ]
 
 
 

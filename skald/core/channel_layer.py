@@ -100,6 +100,18 @@ class LocalFanoutChannelLayer(InMemoryChannelLayer):
             asyncio.run_coroutine_threadsafe(super().group_send(group, message), serving)
         else:
             await super().group_send(group, message)
+        self._send_datagrams(group, message)
+
+    def group_send_now(self, group: str, message: dict[str, Any]) -> bool:
+        """Send from any thread, with no event loop, when this process serves no consumers (a
+        worker, a script): the datagrams to the other processes are all there is to do. Returns
+        False, sending nothing, when this process has consumers (use ``group_send`` on a loop)."""
+        if self.groups or (self._inbox is not None and self._inbox_pid == os.getpid()):
+            return False
+        self._send_datagrams(group, message)
+        return True
+
+    def _send_datagrams(self, group: str, message: dict[str, Any]) -> None:
         try:
             data = json.dumps({"group": group, "message": message}, separators=(",", ":")).encode()
         except (TypeError, ValueError):

@@ -49,7 +49,15 @@ def submit(coroutine: Coroutine[Any, Any, None]) -> None:
 
 
 def group_send_soon(group: str, message: dict[str, Any]) -> None:
-    """``group_send`` on the default layer, without waiting; nothing happens with no layer."""
+    """``group_send`` on the default layer, without waiting; nothing happens with no layer.
+
+    The embedded layer in a process without consumers of its own (a worker) sends its datagrams
+    right here (``group_send_now``): no hop to the background loop's thread on the turn's path.
+    """
     layer = get_channel_layer()
-    if layer is not None:
-        submit(layer.group_send(group, message))
+    if layer is None:
+        return
+    send_now = getattr(layer, "group_send_now", None)
+    if send_now is not None and send_now(group, message):
+        return
+    submit(layer.group_send(group, message))

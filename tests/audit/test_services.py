@@ -132,17 +132,24 @@ def test_a_chain_written_by_the_service_verifies_with_no_false_positive():
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.db_sensitive
 def test_appends_hold_the_chain_lock_before_reading_the_head():
-    """PostgreSQL: an advisory lock precedes the head read. SQLite: every transaction begins
-    IMMEDIATE, so the write lock is held from BEGIN."""
+    """PostgreSQL: ``audit_chain_tip`` takes the advisory lock, then reads the head with a snapshot
+    of its own (one round trip). SQLite: every transaction begins IMMEDIATE, so the write lock is
+    held from BEGIN."""
     with CaptureQueriesContext(connection) as queries:
         append()
     sql = [q["sql"] for q in queries.captured_queries]
-    head = next(i for i, s in enumerate(sql) if "FROM audit_auditevent" in s.replace('"', ''))
     if connection.vendor == "postgresql":
-        lock = next(i for i, s in enumerate(sql) if "pg_advisory_xact_lock" in s)
+        head = next(i for i, s in enumerate(sql) if "audit_chain_tip(" in s)
+        assert not any("FROM audit_auditevent" in s.replace('"', '') for s in sql[:head])
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT prosrc, provolatile FROM pg_proc WHERE proname = 'audit_chain_tip'")
+            source, volatility = cursor.fetchone()
+        assert volatility == "v"  # VOLATILE: each statement inside takes a fresh snapshot
+        assert source.index("pg_advisory_xact_lock") < source.index("FROM audit_auditevent")
     else:
+        head = next(i for i, s in enumerate(sql) if "FROM audit_auditevent" in s.replace('"', ''))
         lock = next(i for i, s in enumerate(sql) if s.strip().upper() == "BEGIN IMMEDIATE")
-    assert lock < head  # the lock is held before the head is read
+        assert lock < head  # the lock is held before the head is read
 
 
 # --- heads --------------------------------------------------------------------------------------

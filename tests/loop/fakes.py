@@ -7,13 +7,13 @@ database (the store *is* the ORM), but audit rows, wake-ups and time stay in the
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from loop.cancellation import CancelToken
-from loop.ports import GateCall, GateVerdict, ToolContext, TurnScope
+from loop.ports import AuditRecord, GateCall, GateVerdict, ToolContext, TurnScope
 from loop.providers.base import Delta, MessageEnd, ProviderRequest, TextDelta
 from loop.tools.registry import FunctionTool
 
@@ -40,6 +40,12 @@ class MemoryAuditSink:
     ) -> None:
         with self._lock:
             self.rows.append(AuditRow(label, principal, subject_type, subject_id, dict(payload)))
+
+    def append_statement(self, records: Sequence[AuditRecord]) -> tuple[str, list[Any]]:
+        with self._lock:
+            self.rows.extend(AuditRow(r.label, r.principal, r.subject_type, r.subject_id, dict(r.payload))
+                             for r in records)
+        return "", []
 
     def labels(self, subject_type: str | None = None) -> list[str]:
         return [row.label for row in self.rows if subject_type is None or row.subject_type == subject_type]
