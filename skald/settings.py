@@ -88,9 +88,11 @@ TEMPLATES = [
 
 # --- database -------------------------------------------------------------------------------
 DATABASE_URL = envstr("DATABASE_URL")
-# Which process this is: the pool is sized per process. The launcher and `manage.py qcluster` are
-# recognised; other entry points (daphne, management commands) count as web.
-SKALD_ROLE = envstr("SKALD_ROLE") or ("worker" if "qcluster" in sys.argv[1:2] else "web")
+# Which process this is: the pool is sized per process. `manage.py qcluster` is a worker and
+# `manage.py skald_sweeper` the sweeper (both background roles, sized by SKALD_DB_WORKER_POOL_MAX);
+# other entry points (daphne, management commands) count as web.
+_BACKGROUND_COMMANDS = {"qcluster": "worker", "skald_sweeper": "sweeper"}
+SKALD_ROLE = envstr("SKALD_ROLE") or _BACKGROUND_COMMANDS.get(sys.argv[1] if len(sys.argv) > 1 else "", "web")
 # PostgreSQL connections come from a per-process psycopg pool (Django's built-in pool): server
 # connections are bounded by SKALD_DB_POOL_MAX (web) / SKALD_DB_WORKER_POOL_MAX (each qcluster
 # process), never by traffic. A request waits at most SKALD_DB_POOL_TIMEOUT seconds for a
@@ -99,10 +101,10 @@ SKALD_ROLE = envstr("SKALD_ROLE") or ("worker" if "qcluster" in sys.argv[1:2] el
 SKALD_DB_POOL = envbool("SKALD_DB_POOL", True)
 SKALD_DB_POOL_MIN = envint("SKALD_DB_POOL_MIN", 1, minimum=0)
 SKALD_DB_POOL_MAX = envint(
-    "SKALD_DB_WORKER_POOL_MAX" if SKALD_ROLE == "worker" else "SKALD_DB_POOL_MAX",
+    "SKALD_DB_POOL_MAX" if SKALD_ROLE == "web" else "SKALD_DB_WORKER_POOL_MAX",
     # A worker holds at most 2 + max_parallel_calls (default 4) at once: the turn, the stop
     # watcher and one per concurrently running tool.
-    6 if SKALD_ROLE == "worker" else 10, minimum=1,
+    10 if SKALD_ROLE == "web" else 6, minimum=1,
 )
 SKALD_DB_POOL_TIMEOUT = envint("SKALD_DB_POOL_TIMEOUT", 5, minimum=1)
 # Backpressure (skald.backpressure, skald.core.saturation): at most SKALD_HTTP_MAX_INFLIGHT HTTP

@@ -155,3 +155,17 @@ def test_an_invalid_compaction_setting_refuses_to_boot(tmp_path):
     result = manage(production_env(tmp_path, SKALD_COMPACTION='{"threshold_tokens": -1}'), "check")
     assert result.returncode != 0 and "skald.E005" in result.stderr and "threshold_tokens" in result.stderr
     assert manage(production_env(tmp_path, SKALD_COMPACTION='{"keep_tokens": 30000}'), "check").returncode == 0
+
+
+@pytest.mark.parametrize(("command", "role", "pool_max"), [
+    ("runserver", "web", 10), ("qcluster", "worker", 6), ("skald_sweeper", "sweeper", 6)])
+def test_each_process_names_its_role_on_its_connections_and_sizes_its_pool(tmp_path, command, role, pool_max):
+    """`pg_stat_activity` tells the sweeper's connections from the web pool's (the load test counts
+    the web role against SKALD_DB_POOL_MAX)."""
+    probe = (f"import sys; sys.argv = ['manage.py', {command!r}]; import django; django.setup(); "
+             "from django.conf import settings; o = settings.DATABASES['default']['OPTIONS']; "
+             "print(settings.SKALD_ROLE, o['application_name'], o['pool']['max_size'])")
+    result = subprocess.run([sys.executable, "-c", probe], env=production_env(tmp_path), cwd=BASE,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [role, f"skald-{role}", str(pool_max)]
