@@ -80,6 +80,13 @@ class Store:
         self.open_frame = self.frames.open
         self.close_frame = self.frames.close
         self.finish_child_turn = self.frames.finish
+        self.end_child = self.frames.end_child
+        self.cancel_open_frames = self.frames.cancel_open
+        self.open_children = self.frames.open_children
+        self.child_frame_of = self.frames.child_of
+        self.frame = self.frames.get
+        self.frame_rows = self.frames.rows_of
+        self.frame_ancestors = self.frames.ancestors
 
     @property
     def payload_cap(self) -> int:
