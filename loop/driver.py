@@ -19,7 +19,7 @@ from loop.budgets import BudgetRefused, DispatchAuthority
 from loop.cancellation import CancelToken
 from loop.dispatch import DispatchCanceled, dispatch
 from loop.env import LoopEnv
-from loop.errors import ClaimRefused, InfrastructureError, LoopError, ProviderError
+from loop.errors import ClaimRefused, InfrastructureError, LeaseLost, LoopError, ProviderError
 from loop.failpoints import failpoint
 from loop.frame_link import FrameLink
 from loop.hooks import HookPoint
@@ -76,6 +76,7 @@ def drive_exchange(
         raise ClaimRefused(f"exchange {exchange.pk} is not open or is claimed by another driver")
     exchange.claim_token = claim_token
     failpoint("loop.after_claim")
+    env = fenced(env, exchange.pk, claim_token)
     token = cancel or CancelToken()
     try:
         run_hook(env, HookPoint.BEFORE_INPUT, exchange.pk, {"turns": exchange.turns})
@@ -85,6 +86,8 @@ def drive_exchange(
             token.cancel("stop requested")
         with StopWatcher(env.store, exchange.pk, token, env.cancel_poll_interval, claim=claim_token):
             outcome = _loop(_Drive.start(env, exchange, token, approved), resume)
+    except LeaseLost:
+        raise  # the exchange is another driver's now: record nothing, not even a break
     except LoopError as exc:
         _mark_broken(env, exchange, code=exc.code, message=str(exc))
         raise
@@ -96,6 +99,14 @@ def drive_exchange(
         _mark_broken(env, exchange, code="internal_error", message=repr(exc))
         raise
     return ExchangeResult(exchange.pk, outcome, exchange.receipt)
+
+
+def fenced(env: LoopEnv, exchange_id: int, claim_token: str) -> LoopEnv:
+    """The driver's environment: its store refuses every write to the exchange once the claim is
+    no longer ``claim_token`` (a lapsed lease that recovery took over, SPEC R2)."""
+    if env.store.journal.fence == (exchange_id, claim_token):
+        return env
+    return replace(env, store=env.store.fenced(exchange_id, claim_token))
 
 
 def _mark_broken(env: LoopEnv, exchange: Exchange, *, code: str, message: str) -> None:

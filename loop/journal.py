@@ -15,21 +15,26 @@ from django.db import transaction
 from loop import sql
 from loop.bounds import PAYLOAD_CAP_BYTES
 from loop.digest import canonical
-from loop.errors import PayloadTooLarge, PersistError
+from loop.errors import LeaseLost, PayloadTooLarge, PersistError
 from loop.ports import AuditSink, Clock, EventBus
 from loop.sql import events
+from loop.sql import exchanges as exchange_rows
 
 
 class Journal:
     """Append-only narrative rows, exactly once by idempotency key, and audit rows beside them."""
 
     def __init__(
-        self, *, audit: AuditSink, clock: Clock, bus: EventBus, payload_cap: int = PAYLOAD_CAP_BYTES
+        self, *, audit: AuditSink, clock: Clock, bus: EventBus, payload_cap: int = PAYLOAD_CAP_BYTES,
+        fence: tuple[int, str] | None = None,
     ) -> None:
         self.audit_sink = audit
         self.clock = clock
         self.bus = bus
         self.payload_cap = payload_cap
+        # A driver's journal: (exchange id, claim token). Every row it appends to that exchange
+        # checks, in the row's own transaction, that the claim is still its own (lease fencing).
+        self.fence = fence
 
     def now(self) -> datetime:
         return self.clock.now()
@@ -58,6 +63,9 @@ class Journal:
         if size > self.payload_cap:
             raise PayloadTooLarge(f"{kind} payload is {size} bytes, over the {self.payload_cap}-byte cap")
         with sql.cursor() as cursor:
+            if self.fence is not None and exchange_id == self.fence[0] \
+                    and not exchange_rows.holds_claim(cursor, exchange_id, self.fence[1]):
+                raise LeaseLost(f"exchange {exchange_id}: another driver holds it now; nothing more is written")
             seq, inserted = events.append_event(cursor, session_id=session_id, exchange_id=exchange_id, kind=kind,
                                                 narrative=narrative, body=body, key=key, created_at=self.now())
             if seq is None:

@@ -24,8 +24,8 @@ from typing import Literal
 
 from loop.cancellation import CancelToken
 from loop.cascade import INTERRUPTED_RESULT, UNFINISHED, cascade, finish_calls, reap
-from loop.driver import WAITING, LoopEnv, _Drive, drive_exchange, park_tree
-from loop.errors import HarnessError, LoopError
+from loop.driver import WAITING, LoopEnv, _Drive, drive_exchange, fenced, park_tree
+from loop.errors import HarnessError, LeaseLost, LoopError
 from loop.failpoints import failpoint
 from loop.models import Exchange, ExchangeStatus, ToolCall, ToolCallStatus
 from loop.outcomes import AwaitingHuman, CancelCause, Canceled, ExchangeResult, RunOutcome, outcome_from_receipt
@@ -71,6 +71,7 @@ def resolve_pending(
     if not store.claim_for_recovery(exchange.pk, claim_token, principal=env.principal):
         raise ResolverBusy(f"exchange {exchange.pk} is held by another driver")
     exchange.claim_token = claim_token
+    env = fenced(env, exchange.pk, claim_token)
     taken = _answer(env, call, resolution=resolution, reason=reason)
     if not taken:
         store.release(exchange.pk, claim_token)
@@ -103,6 +104,7 @@ def _continue_parked(
     """A claimed exchange (parked, or open with a lapsed lease): finish the frame tree's unfinished
     calls (:mod:`loop.cascade`), then close it, leave it parked (released) while a call still waits
     for a human, or cascade up the tree and drive the root on."""
+    env = fenced(env, exchange.pk, claim_token)
     store, token = env.store, CancelToken()
     exchange.claim_token = claim_token
     if store.cancel_requested(exchange.pk):
@@ -110,6 +112,8 @@ def _continue_parked(
     try:
         with StopWatcher(store, exchange.pk, token, env.cancel_poll_interval, claim=claim_token):
             ended = _finish_tree(env, exchange, token, claim_token=claim_token, close=close)
+    except LeaseLost:
+        raise  # another driver holds it now: nothing more is written here
     except LoopError as exc:
         store.mark_broken(exchange, code=exc.code, message=str(exc), principal=env.principal)
         raise

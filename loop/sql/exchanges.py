@@ -197,3 +197,11 @@ def mark_settled(cursor: CursorWrapper, exchange_id: int, *, outcome: str, recei
 
 def session_exchanges(session_id: int) -> list[Exchange]:
     return list(Exchange.objects.filter(session_id=session_id).order_by("number"))
+
+
+def holds_claim(cursor: CursorWrapper, exchange_id: int, token: str) -> bool:
+    """Whether ``token`` still holds the exchange's claim (row-locked on PostgreSQL until commit, so
+    a takeover cannot slip in between this check and the caller's writes)."""
+    cursor.execute(f"SELECT claim_token FROM loop_exchange WHERE id = %s{for_update()}", [exchange_id])
+    row = cursor.fetchone()
+    return row is not None and row[0] == token
