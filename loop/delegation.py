@@ -97,9 +97,11 @@ class _ChildDrive(_Drive):
         pass  # the root's settlement cancels what still waits in the exchange; a child owns no batch
 
     def finish(self, turn: int, reply: AssembledTurn, outcome: TerminalOutcome) -> None:
+        failpoint("delegation.before_child_close")
         self.env.store.finish_child_turn(exchange=self.exchange, frame=self.frame, turn=turn, assembled=reply,
                                          principal=self.env.principal, spent_tokens=self.authority.spent_tokens,
                                          outcome=outcome.name)
+        failpoint("delegation.after_child_close")  # closed, its result not yet its parent's: the un-wedge
 
     def settle(self, outcome: TerminalOutcome) -> TerminalOutcome:
         self.env.store.close_frame(self.frame, outcome=outcome.name, principal=self.env.principal,

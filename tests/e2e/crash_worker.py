@@ -11,6 +11,9 @@ Roles:
     park     the same, but the effect needs an approval: the exchange parks
     approve  a human approves the parked call (the resolver)
     recover  wait for every lease to lapse, recover what no live worker holds, report
+
+With ``CRASH_DELEGATE=1`` the root agent delegates and the child makes the effect: a ``turn`` crashes
+inside the frame tree, and a ``park`` parks the whole tree on the child's call.
 """
 
 from __future__ import annotations
@@ -33,8 +36,12 @@ def _setup() -> None:
     django.setup()
 
 
+DELEGATE = os.environ.get("CRASH_DELEGATE") == "1"
+
+
 class PolicyProvider:
-    """Deterministic: asks for the effect until it sees the effect's result, then answers."""
+    """Deterministic: asks for its call until it sees that call's result, then answers. The call
+    is the effect, or (the root, when delegating) the delegate that runs a child making it."""
 
     name = "crash-policy"
 
@@ -43,8 +50,40 @@ class PolicyProvider:
         from loop.providers.loopback import text_turn, tool_turn
 
         last = request.messages[-1] if request.messages else None
-        turn = text_turn("done") if isinstance(last, ToolResultMessage) else tool_turn(("effect", {}))
+        root = not str(request.metadata.get("narrative", ""))
+        call = ("delegate", {"task": "make the effect"}) if DELEGATE and root else ("effect", {})
+        turn = text_turn("done") if isinstance(last, ToolResultMessage) else tool_turn(call)
         yield from turn
+
+
+class Delegate:
+    """Runs the ``worker`` child agent (the effect only) in a child frame."""
+
+    name = "delegate"
+    description = "Hand the task to the worker agent."
+    parameters: Mapping[str, Any] = {"type": "object", "properties": {"task": {"type": "string"}},
+                                     "required": ["task"]}
+    concurrency_safe = True
+    restart_hint = "mark_interrupted"
+    timeout = None
+
+    def run(self, arguments: Mapping[str, Any], context: Any) -> Any:
+        from loop.delegation import ChildRequest, frame_link, run_child
+
+        return run_child(frame_link(context), ChildRequest(agent=WORKER, task=str(arguments["task"]),
+                                                           tools=["effect"], provider=PolicyProvider(),
+                                                           selection={"rule": "crash", "client": "crash-policy"}),
+                         context)
+
+
+class FrameAgents:
+    def child(self, agent: str, selection: Mapping[str, Any]) -> Any:
+        from loop.ports import ChildSetup
+
+        return ChildSetup(agent=WORKER, provider=PolicyProvider())
+
+
+WORKER: Any = None
 
 
 def _env(workdir: Path, *, require: bool) -> Any:
@@ -64,7 +103,8 @@ def _env(workdir: Path, *, require: bool) -> Any:
 
     class Gate:
         def check(self, call: GateCall, scope: TurnScope | None) -> GateVerdict:
-            return GateVerdict("require", "effects need approval") if require else GateVerdict("allow")
+            needs = require and call.tool == "effect"
+            return GateVerdict("require", "effects need approval") if needs else GateVerdict("allow")
 
         def park(self, call: GateCall, scope: TurnScope, verdict: GateVerdict) -> Mapping[str, Any]:
             return {"reason": verdict.reason}
@@ -75,13 +115,16 @@ def _env(workdir: Path, *, require: bool) -> Any:
 
     session = Session.objects.filter(owner=user).first() or store.create_session(
         owner_id=user.pk, agent="crash", source="web", title="crash", principal=f"user:{user.pk}")
-    tools = ToolRegistry([FunctionTool("effect", "Append to the effect log.", {"type": "object"}, effect,
-                                       restart_hint=RestartHint.MARK_INTERRUPTED)])
+    effect_tool = FunctionTool("effect", "Append to the effect log.", {"type": "object"}, effect,
+                               restart_hint=RestartHint.MARK_INTERRUPTED)
+    tools = ToolRegistry([effect_tool, Delegate()] if DELEGATE else [effect_tool])
+    global WORKER
+    WORKER = AgentSpec(name="worker", kind="task", system_prompt="worker", tools=("effect",), client="")
     agent = AgentSpec(name="crash", kind="chat", system_prompt="crash test", tools=tools.names(), client="")
     scope = TurnScope(session_id=session.pk, exchange_id=0, principal=f"user:{user.pk}", user_id=user.pk,
                       agent="crash", workspace=workdir)
     return LoopEnv(store=store, provider=PolicyProvider(), tools=tools, gate=Gate(), agent=agent, scope=scope,
-                   bus=ChannelsBus(), cancel_poll_interval=0.05)
+                   bus=ChannelsBus(), cancel_poll_interval=0.05, frame_agents=FrameAgents())
 
 
 def _recover(workdir: Path, *, require: bool, timeout: float) -> dict[str, Any]:
