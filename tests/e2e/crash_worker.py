@@ -11,6 +11,7 @@ Roles:
     park     the same, but the effect needs an approval: the exchange parks
     approve  a human approves the parked call (the resolver)
     recover  wait for every lease to lapse, recover what no live worker holds, report
+    report   only report (the real stack's sweep recovered: ``tests.e2e.crash_stack``)
 
 With ``CRASH_DELEGATE=1`` the root agent delegates and the child makes the effect: a ``turn`` crashes
 inside the frame tree, and a ``park`` parks the whole tree on the child's call.
@@ -26,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-ROLES = ("migrate", "turn", "park", "approve", "recover")
+ROLES = ("migrate", "turn", "park", "approve", "recover", "report")
 
 
 def _setup() -> None:
@@ -130,9 +131,8 @@ def _env(workdir: Path, *, require: bool) -> Any:
 def _recover(workdir: Path, *, require: bool, timeout: float) -> dict[str, Any]:
     from django.conf import settings
 
-    from loop.models import Exchange, ExchangeStatus, SessionEvent
+    from loop.models import Exchange, ExchangeStatus
     from loop.recovery import recover_exchange
-    from loop.verify import load_session_rows, verify_rows
     from skald.core.ids import new_token
 
     env = _env(workdir, require=require)
@@ -146,7 +146,14 @@ def _recover(workdir: Path, *, require: bool, timeout: float) -> dict[str, Any]:
         if not Exchange.objects.filter(status=ExchangeStatus.OPEN).exists() and not stranded:
             break
         time.sleep(0.2)
+    return _report(workdir, require=require, seconds=round(time.monotonic() - started, 2))
+
+
+def _report(workdir: Path, *, require: bool, seconds: float) -> dict[str, Any]:
+    """The invariants over the whole database, as a JSON-able report."""
     from audit.services import chain_verify
+    from loop.models import Exchange, ExchangeStatus, SessionEvent
+    from loop.verify import load_session_rows, verify_rows
 
     seqs = list(SessionEvent.objects.order_by("session_id", "seq").values_list("session_id", "seq"))
     by_session: dict[int, list[int]] = {}
@@ -174,7 +181,7 @@ def _recover(workdir: Path, *, require: bool, timeout: float) -> dict[str, Any]:
         "unapproved": unapproved,
         "findings": [str(f) for f in findings],
         "chain_ok": bool(getattr(report, "ok", False)),
-        "seconds": round(time.monotonic() - started, 2),
+        "seconds": seconds,
     }
 
 
@@ -202,6 +209,9 @@ def main(argv: list[str]) -> int:
         with (workdir / "events.log").open("a") as log:
             log.write(f"approve {call.call_key}\n")
         resolve_pending(env, call, resolution="approve", reason="", claim_token=f"resolver-{os.getpid()}")
+        return 0
+    if role == "report":  # the real stack recovered (its sweep); only check
+        print(json.dumps(_report(workdir, require=True, seconds=float(os.environ.get("CRASH_SECONDS", "0")))))
         return 0
     if role == "recover":
         require = (workdir / "approved").exists()
