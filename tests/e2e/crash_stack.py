@@ -45,6 +45,7 @@ FIRST_TURN_POINTS = TURN_POINTS[:TURN_POINTS.index("loop.after_intent") + 1]
 CASES: tuple[tuple[str, str], ...] = (tuple(("turn", p) for p in FIRST_TURN_POINTS)
                                       + tuple(("approval", p) for p in APPROVAL_POINTS))
 KEY = "e1:t1:c0"  # the one call of the run
+MESSAGE_KEY = "crash-message-1"  # the client's idempotency key, reused when a POST is never answered
 
 
 def profile(fake: FakeOpenAIServer, root: Path) -> dict[str, str]:
@@ -150,7 +151,7 @@ def crash_once(fake: FakeOpenAIServer, scenario: str, point: str, *, postgres: s
                     operator = first.api("operator")
                     session_id = _session(first, var_dir, db_env)
                     try:
-                        operator.post_message(session_id, "make the effect")
+                        operator.post_message(session_id, "make the effect", key=MESSAGE_KEY)
                     except Exception:
                         pass
                     wait_for(lambda: _fired(workdir, point) or None, timeout=60, what=f"{point} to fire")
@@ -172,6 +173,11 @@ def crash_once(fake: FakeOpenAIServer, scenario: str, point: str, *, postgres: s
                     wait_for(lambda: _fired(workdir, point) or None, timeout=60, what=f"{point} to fire")
             with running(var_dir, plain) as restarted:
                 started = time.monotonic()
+                if scenario == "turn" and _exchange_of(restarted, session_id) is None:
+                    # The web process died inside the admission's transaction: nothing was stored and
+                    # the POST was never answered, so the client sends it again under the same key.
+                    again = restarted.api("operator").post_message(session_id, "make the effect", key=MESSAGE_KEY)
+                    assert again.status_code == 202, again.text
 
                 def settled() -> dict[str, Any] | None:
                     row = _exchange_of(restarted, session_id)
