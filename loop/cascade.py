@@ -5,8 +5,9 @@ A child frame's call that needs a human parks the whole tree: the exchange parks
 stays open and its spawning call stays ``running``. Whoever continues the exchange (a resolver
 after an answer, recovery after a crash) claims it and, here:
 
-1. **Reaps** an interrupted parallel batch: two or more open sibling frames (one parent frame)
-   with nothing in them waiting for a human: a crash cut them off mid-run. Deliberately lossy: their
+1. **Reaps** an interrupted parallel batch: in an exchange that was running (not parked), two or
+   more open sibling frames (one parent frame) with nothing in them waiting for a human: a crash
+   cut them off mid-run. Deliberately lossy: their
    spawning calls fail, the frames close, nothing in them runs again.
 2. **Resolves every frame's unfinished calls**, deepest frame first, each in its own frame's
    environment (:func:`frame_env`: its own agent and model, rebuilt from the frame's rows through
@@ -35,7 +36,7 @@ from loop.driver import LoopEnv, ParkEntry, _Drive, _tool_round, park_tree, run_
 from loop.errors import HarnessError
 from loop.events import EventKind
 from loop.frame_link import FrameLink
-from loop.models import Exchange, Frame, ToolCall, ToolCallStatus
+from loop.models import Exchange, ExchangeStatus, Frame, ToolCall, ToolCallStatus
 from loop.outcomes import AwaitingHuman, Canceled, Completed, RunOutcome, TerminalOutcome, outcome_from_receipt
 from loop.store import parsed_from_row
 from loop.tools.hints import RestartHint
@@ -90,6 +91,8 @@ def reap(env: LoopEnv, exchange: Exchange) -> int:
     """Step 1: close an interrupted parallel batch (≥2 open siblings with nothing waiting for a
     human in them); their spawning calls fail. Returns how many frames were reaped."""
     store = env.store
+    if exchange.status != ExchangeStatus.OPEN:
+        return 0  # a parked tree's open frames waited properly (parallel siblings may all have parked)
     open_frames = store.open_children(exchange.pk)
     waiting = {call.frame_id for call in store.calls_in(exchange.pk, ToolCallStatus.AWAITING_HUMAN,
                                                         ToolCallStatus.APPROVED)}

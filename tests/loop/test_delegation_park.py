@@ -365,3 +365,28 @@ def test_a_stop_during_a_resumed_childs_call_cancels_the_tree(make_env, session,
     last = SessionEvent.objects.filter(exchange=exchange).order_by("-seq").first()
     assert exchange.receipt["last_seq"] == last.seq
     rows_ok(session)
+
+
+def test_parallel_children_that_both_park_resume_one_after_the_other(make_env, session):
+    deploy, gate = Effects("deploy"), ScriptedGate(require={"deploy"})
+    both = call_then_answer(("delegate", {"agent": "left", "task": "l"}), ("delegate", {"agent": "right", "task": "r"}),
+                            prefix="root")
+    scripts = {"": both, "left": call_then_answer(("deploy", {}), prefix="left"),
+               "right": call_then_answer(("deploy", {}), prefix="right")}
+    agents = {"left": agent("left", "deploy"), "right": agent("right", "deploy")}
+    env, _ = world(make_env, scripts, agents, deploy.tool, gate=gate)
+    parked = run_turns_keyed(env, request_key="k", content="two at once")
+    assert isinstance(parked.outcome, AwaitingHuman) and len(parked.outcome.call_keys) == 2  # one park, both cards
+
+    first, second = ToolCall.objects.select_related("frame").filter(tool="deploy").order_by("frame__id")
+    halfway = resolve_pending(world(make_env, scripts, agents, deploy.tool, gate=gate)[0], first,
+                              resolution="approve", reason="", claim_token="r1")
+    assert isinstance(halfway.outcome, AwaitingHuman) and deploy.runs == 1  # the other card still waits
+    done = resolve_pending(world(make_env, scripts, agents, deploy.tool, gate=gate)[0], second,
+                           resolution="approve", reason="", claim_token="r2")
+
+    assert isinstance(done.outcome, Completed) and deploy.runs == 2
+    spawning = ToolCall.objects.filter(tool="delegate").order_by("index")
+    assert [c.status for c in spawning] == [ToolCallStatus.COMPLETED, ToolCallStatus.COMPLETED]  # neither reaped
+    assert [e.payload["agent"] for e in subagent_results(session)] == ["left", "right"]
+    rows_ok(session)
