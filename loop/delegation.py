@@ -8,8 +8,8 @@ The rules a child runs under, all decided here:
 * **Capability subtraction** — the child's tools are the parent's ∩ the child agent's declared ∩ the
   requested ones (:func:`child_tool_names`), taken from the parent's own registry, so nothing is
   ever added. The gate and its scope are the parent's: same user, same security groups. A call
-  the gate wants a human for is refused inside a delegate (a child cannot park the tree; the
-  parent may make that call itself, where it parks as usual).
+  the gate wants a human for parks the whole tree (:class:`_ChildDrive`); approving it resumes
+  the child, then its parent (:mod:`loop.cascade`).
 * **One ledger** — the child dispatches through the parent's :class:`~loop.budgets.DispatchAuthority`
   (reserved from the root): its spend is the root's; a child that overspends ends
   ``BudgetExceeded`` and the parent stops at its next round boundary.
@@ -32,17 +32,18 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from loop.bounds import MAX_AGENT_DEPTH, Bounds
-from loop.driver import _Drive, run_frame
+from loop.cancellation import CancelToken
+from loop.driver import LoopEnv, _Drive, run_frame
 from loop.errors import ToolError
 from loop.events import EventKind
 from loop.failpoints import failpoint
 from loop.frame_link import FrameLink
 from loop.masking import withhold_credentials
-from loop.models import SessionEvent, ToolCallStatus
-from loop.outcomes import AwaitingHuman, Canceled, Completed, RunOutcome, TerminalOutcome, outcome_detail
-from loop.ports import AgentSpec, DelegateReturn, Gate, GateCall, GateVerdict, ToolContext, TurnScope
+from loop.models import Frame, ToolCallStatus
+from loop.outcomes import AwaitingHuman, Canceled, Completed, TerminalOutcome, outcome_detail
+from loop.ports import AgentSpec, DelegateReturn, ToolContext
 from loop.providers.base import AssembledTurn, LlmProvider
-from loop.tools.fanout import RoundResult
+from loop.store import Store
 
 RESULT_CAP = 8000  # the subagent_result's copy of the child's text
 
@@ -83,38 +84,27 @@ def check_depth(link: FrameLink) -> int:
     return depth
 
 
-class _NoParkGate:
-    """The parent's gate with its scope; a ``require`` becomes a refusal inside a delegate."""
-
-    def __init__(self, gate: Gate) -> None:
-        self.gate = gate
-
-    def check(self, call: GateCall, scope: TurnScope | None) -> GateVerdict:
-        verdict = self.gate.check(call, scope)
-        if verdict.action == "require":
-            return GateVerdict("deny", f"needs a human's approval, which a delegate cannot wait for "
-                                       f"({verdict.reason or 'approval required'}); the parent may make this call",
-                               verdict.rule_id, verdict.detail)
-        return verdict
-
-    def park(self, call: GateCall, scope: TurnScope, verdict: GateVerdict) -> Mapping[str, Any]:
-        raise AssertionError("a delegate never parks a call")
-
-
 @dataclass
 class _ChildDrive(_Drive):
-    """A child frame: it ends by closing its frame, never by settling the exchange."""
+    """A child frame: it ends by closing its frame, never by settling the exchange; a call in it
+    that needs a human parks the whole tree (its waiting calls go up to the root, which parks the
+    exchange in one transaction; the spawning call stays running until the child resumes)."""
+
+    done_turns: int = 0  # the turns this frame had before a resume
+    defer_park: bool = True
 
     def first_turn(self) -> int:
-        return 0  # a child's turns are its own (the exchange's counters still count them)
+        return self.done_turns  # a child's turns are its own (the exchange's counters still count them)
 
     def cancel_leftovers(self, reason: str) -> None:
         pass  # the root's settlement cancels what still waits in the exchange; a child owns no batch
 
     def finish(self, turn: int, reply: AssembledTurn, outcome: TerminalOutcome) -> None:
+        failpoint("delegation.before_child_close")
         self.env.store.finish_child_turn(exchange=self.exchange, frame=self.frame, turn=turn, assembled=reply,
                                          principal=self.env.principal, spent_tokens=self.authority.spent_tokens,
                                          outcome=outcome.name)
+        failpoint("delegation.after_child_close")  # closed, its result not yet its parent's: the un-wedge
 
     def settle(self, outcome: TerminalOutcome) -> TerminalOutcome:
         # A child past its own compaction quota closes its frame with the quota's named row.
@@ -122,73 +112,70 @@ class _ChildDrive(_Drive):
                                                        exchange=self.exchange))
         return outcome
 
-    def park(self, result: RoundResult) -> RunOutcome | None:
-        # Only a handoff gets here (the gate never says require in a child): refuse it, go on.
-        waiting = [call for call, _, _ in result.parked] + [call for call, _ in result.handoffs]
-        for call in waiting:
-            self.env.store.record_result(call, status=ToolCallStatus.REJECTED, is_error=True, truncated=False,
-                                         content="refused: a delegate cannot wait for a human; answer with what "
-                                                 "you have and say what is missing",
-                                         principal=self.env.principal, narrative=self.env.narrative)
-        return None
+
+def child_env(parent: LoopEnv, *, agent: AgentSpec, provider: LlmProvider, tools: Sequence[str],
+              bounds: Bounds | None, narrative: str) -> LoopEnv:
+    """The environment a child frame runs in: its own agent and model, at most the parent's tools
+    (taken from the parent's registry), the parent's gate, scope and store."""
+    return replace(parent, provider=provider, tools=parent.tools.subset(tools), agent=agent, narrative=narrative,
+                   bounds=bounds or parent.bounds, discovery=None)
 
 
-def _usage(session_id: int, narrative: str) -> tuple[int, int]:
-    rows = SessionEvent.objects.filter(session_id=session_id, narrative=narrative, kind=EventKind.ASSISTANT)
-    tokens_in = tokens_out = 0
-    for payload in rows.values_list("payload", flat=True):
-        tokens_in += int(payload.get("input_tokens") or 0)
-        tokens_out += int(payload.get("output_tokens") or 0)
-    return tokens_in, tokens_out
-
-
-def _partial(session_id: int, narrative: str) -> str:
-    rows = SessionEvent.objects.filter(session_id=session_id, narrative=narrative,
-                                       kind__in=[EventKind.ASSISTANT, EventKind.TOOL_RESULT]).order_by("seq")
-    texts = [str(payload.get("content", "")).strip() for payload in rows.values_list("payload", flat=True)]
-    return "\n".join(text for text in texts if text)[-4000:]
+def child_drive(env: LoopEnv, link: FrameLink, frame: Frame, token: CancelToken, *, done_turns: int = 0,
+                approved: frozenset[int] = frozenset()) -> _ChildDrive:
+    system = withhold_credentials(env.agent.system_prompt, what="system prompt", detector=env.detector)
+    return _ChildDrive(env, link.exchange, frame, link.authority, token, env.tools.specs(), system, approved,
+                       done_turns=done_turns)
 
 
 def run_child(link: FrameLink, request: ChildRequest, context: ToolContext) -> DelegateReturn:
-    """Open the child frame, run a normal loop in it, and return the parent call's result.
+    """Open the child frame, run a normal loop in it, and return the parent call's result (or, when
+    the child parked, what it parked: the parent's call stays running and the tree waits).
 
     Raises:
         ToolError: ``max_agent_depth`` (nothing was opened).
     """
-    depth = check_depth(link)
-    parent = link.env
+    check_depth(link)
     narrative = f"child:{request.agent.name}:c{context.call_id}:"
-    env = replace(parent, provider=request.provider, tools=parent.tools.subset(request.tools), agent=request.agent,
-                  gate=_NoParkGate(parent.gate), narrative=narrative, bounds=request.bounds or parent.bounds,
-                  discovery=None)
+    env = child_env(link.env, agent=request.agent, provider=request.provider, tools=request.tools,
+                    bounds=request.bounds, narrative=narrative)
     frame = env.store.open_frame(exchange=link.exchange, parent=link.frame, parent_call_id=context.call_id,
                                  agent=request.agent.name, narrative=narrative, task=request.task,
                                  selection=request.selection, tools=env.tools.names(), principal=env.principal)
     failpoint("delegation.after_child_open")
-    token = context.cancel  # a child of the parent's token: a stop reaches here at once
-    drive = _ChildDrive(env, link.exchange, frame, link.authority, token, env.tools.specs(),
-                        withhold_credentials(request.agent.system_prompt, what="system prompt", detector=env.detector))
+    # The call's token, a child of the parent's: a stop reaches here at once.
+    drive = child_drive(env, link, frame, context.cancel)
     outcome = run_frame(drive)
-    if isinstance(outcome, AwaitingHuman):  # cannot happen (a child never parks); keep the tree well-formed
-        outcome = Canceled("a delegate cannot wait for a human")
-        drive.settle(outcome)
-    tokens_in, tokens_out = _usage(link.exchange.session_id, narrative)
+    if isinstance(outcome, AwaitingHuman):
+        return DelegateReturn(content=outcome.question, status=ToolCallStatus.AWAITING_HUMAN, subagent={},
+                              parked=tuple(drive.parked))
+    return child_return(env.store, frame, outcome, parent_token=link.token)
+
+
+def child_return(store: Store, frame: Frame, outcome: TerminalOutcome, *, parent_token: CancelToken | None
+                 ) -> DelegateReturn:
+    """A child's ending as its spawning call's result and its one ``subagent_result``. A canceled
+    child cancels its parent (one tree)."""
+    texts = store.frame_rows(frame, EventKind.ASSISTANT, EventKind.TOOL_RESULT)
+    tokens_in = sum(int(p.get("input_tokens") or 0) for p in texts if "input_tokens" in p)
+    tokens_out = sum(int(p.get("output_tokens") or 0) for p in texts if "output_tokens" in p)
     if isinstance(outcome, Completed):
         status, text = ToolCallStatus.COMPLETED, outcome.answer
     elif isinstance(outcome, Canceled):
         status = ToolCallStatus.CANCELED
-        text = f"sub-agent {request.agent.name} was cancelled ({outcome.reason})"
-        link.token.cancel(outcome.reason or "a delegate was cancelled")  # one tree: the parent stops too
+        text = f"sub-agent {frame.agent} was cancelled ({outcome.reason})"
+        if parent_token is not None:
+            parent_token.cancel(outcome.reason or "a delegate was cancelled")  # one tree: the parent stops too
     else:
         status = ToolCallStatus.FAILED
         detail = ", ".join(f"{k}: {v}" for k, v in outcome_detail(outcome).items())
-        partial = _partial(link.exchange.session_id, narrative)
-        text = (f"sub-agent {request.agent.name} ended {outcome.name} ({detail}).\n"
-                f"Partial output:\n{partial or '(none)'}")
-    subagent = {"agent": request.agent.name, "content": text[:RESULT_CAP], "outcome": outcome.name, "frame": frame.pk,
-                "depth": depth, "input_tokens": tokens_in, "output_tokens": tokens_out}
+        partial = "\n".join(str(p.get("content", "")).strip() for p in texts if str(p.get("content", "")).strip())
+        text = (f"sub-agent {frame.agent} ended {outcome.name} ({detail}).\n"
+                f"Partial output:\n{partial[-4000:] or '(none)'}")
+    subagent = {"agent": frame.agent, "content": text[:RESULT_CAP], "outcome": outcome.name, "frame": frame.pk,
+                "depth": frame.depth, "input_tokens": tokens_in, "output_tokens": tokens_out}
     return DelegateReturn(content=text, status=status, subagent=subagent)
 
 
-__all__ = ["ChildRequest", "DelegateReturn", "FrameLink", "check_depth", "child_tool_names", "frame_link",
-           "run_child"]
+__all__ = ["ChildRequest", "DelegateReturn", "FrameLink", "check_depth", "child_drive", "child_env", "child_return",
+           "child_tool_names", "frame_link", "run_child"]

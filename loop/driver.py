@@ -20,12 +20,12 @@ from loop.cancellation import CancelToken
 from loop.compaction.cycle import QUOTA_REASON, EpisodeState, cycle_env, quota_row, run_cycle
 from loop.dispatch import DispatchCanceled, dispatch
 from loop.env import LoopEnv
-from loop.errors import ClaimRefused, InfrastructureError, LoopError, ProviderError
+from loop.errors import ClaimRefused, InfrastructureError, LeaseLost, LoopError, ProviderError
 from loop.failpoints import failpoint
 from loop.frame_link import FrameLink
 from loop.hooks import HookPoint
 from loop.masking import withhold_credentials
-from loop.models import Exchange, ExchangeStatus, Frame, ToolCall, ToolCallStatus
+from loop.models import TERMINAL_TOOL_CALL_STATUSES, Exchange, ExchangeStatus, Frame, ToolCall, ToolCallStatus
 from loop.outcomes import (
     AwaitingHuman,
     BudgetExceeded,
@@ -77,6 +77,7 @@ def drive_exchange(
         raise ClaimRefused(f"exchange {exchange.pk} is not open or is claimed by another driver")
     exchange.claim_token = claim_token
     failpoint("loop.after_claim")
+    env = fenced(env, exchange.pk, claim_token)
     token = cancel or CancelToken()
     try:
         run_hook(env, HookPoint.BEFORE_INPUT, exchange.pk, {"turns": exchange.turns})
@@ -86,6 +87,8 @@ def drive_exchange(
             token.cancel("stop requested")
         with StopWatcher(env.store, exchange.pk, token, env.cancel_poll_interval, claim=claim_token):
             outcome = _loop(_Drive.start(env, exchange, token, approved), resume)
+    except LeaseLost:
+        raise  # the exchange is another driver's now: record nothing, not even a break
     except LoopError as exc:
         _mark_broken(env, exchange, code=exc.code, message=str(exc))
         raise
@@ -99,22 +102,12 @@ def drive_exchange(
     return ExchangeResult(exchange.pk, outcome, exchange.receipt)
 
 
-def finish_round(
-    env: LoopEnv, exchange: Exchange, calls: Sequence[ToolCall], *, claim_token: str, approved: frozenset[int],
-    cancel: CancelToken,
-) -> RunOutcome | None:
-    """Run a claimed parked exchange's answered or interrupted calls (recovery, a human's answer).
-
-    Returns the outcome when the round settled or parked the exchange, None when it finished and
-    the caller may go on (reopen and drive, or leave it parked on calls still waiting).
-    """
-    try:
-        with StopWatcher(env.store, exchange.pk, cancel, env.cancel_poll_interval, claim=claim_token):
-            drive = _Drive.start(env, exchange, cancel, approved)
-            return _tool_round(drive, [(call, parsed_from_row(call)) for call in calls])
-    except LoopError as exc:
-        env.store.mark_broken(exchange, code=exc.code, message=str(exc), principal=env.principal)
-        raise
+def fenced(env: LoopEnv, exchange_id: int, claim_token: str) -> LoopEnv:
+    """The driver's environment: its store refuses every write to the exchange once the claim is
+    no longer ``claim_token`` (a lapsed lease that recovery took over, SPEC R2)."""
+    if env.store.journal.fence == (exchange_id, claim_token):
+        return env
+    return replace(env, store=env.store.fenced(exchange_id, claim_token))
 
 
 def _mark_broken(env: LoopEnv, exchange: Exchange, *, code: str, message: str) -> None:
@@ -192,17 +185,37 @@ def _tool_round(drive: _Drive, calls: list[tuple[ToolCall, ParsedCall]]) -> RunO
     """Run the round's calls (the effects); None when the loop goes on to the next model turn."""
     env, token = drive.env, drive.token
     result = run_round(drive.round_env(), calls, token, skip_gate_for=drive.approved)
-    if result.canceled:
-        drive.cancel_leftovers(token.reason or "stop requested")
-        return drive.settle(Canceled(token.reason or "stop requested"))
     waiting = [call for call, _, _ in result.parked] + [call for call, _ in result.handoffs]
-    if not waiting:
+    if result.canceled:
+        drive.stop_tree(waiting, token.reason or "stop requested")
+        return drive.settle(Canceled(token.reason or "stop requested"))
+    if not waiting and not result.nested:
         return None
     if token.cancelled or env.store.cancel_requested(drive.exchange.pk):
-        # A stop that raced the park: nothing waits for a human; the waiting calls end cancelled.
-        drive.cancel(waiting, "stop requested")
+        # A stop that raced the park: nothing waits for a human; the waiting calls end cancelled,
+        # and so does every child that parked below this frame.
+        drive.stop_tree(waiting, "stop requested")
         return drive.settle(Canceled("stop requested"))
     return drive.park(result)
+
+
+ParkEntry = tuple[ToolCall, Callable[[], Mapping[str, Any]], str]  # a waiting call, its park callback, a question
+
+
+def park_entries(env: LoopEnv, result: RoundResult) -> list[ParkEntry]:
+    """The round's waiting calls with their park callbacks: the gate's, the handoffs', and those a
+    child frame parked below (the whole tree waits; SPEC S1, A3)."""
+    entries: list[ParkEntry] = [(call, _parker(env, request, verdict), "") for call, request, verdict in result.parked]
+    entries += [(call, _handoff(question), question) for call, question in result.handoffs]
+    entries += list(result.nested)
+    return entries
+
+
+def park_tree(env: LoopEnv, exchange: Exchange, entries: Sequence[ParkEntry]) -> AwaitingHuman:
+    """Park every waiting call of the tree in one transaction: the exchange ends AwaitingHuman."""
+    question = "\n".join(question for _, _, question in entries if question)
+    env.store.park(exchange, [(call, park) for call, park, _ in entries], principal=env.principal, question=question)
+    return AwaitingHuman(call_keys=tuple(call.call_key for call, _, _ in entries), question=question)
 
 
 def run_frame(drive: _Drive) -> RunOutcome:
@@ -225,6 +238,8 @@ class _Drive:
     approved: frozenset[int] = frozenset()
     episode: EpisodeState = field(default_factory=EpisodeState)
     steps: int = 0  # model turns this frame has had in this exchange (a child's frame starts fresh)
+    defer_park: bool = False  # keep waiting calls in ``parked`` instead of parking the exchange
+    parked: list[ParkEntry] = field(default_factory=list)
 
     @classmethod
     def start(cls, env: LoopEnv, exchange: Exchange, token: CancelToken, approved: frozenset[int] = frozenset()
@@ -250,13 +265,13 @@ class _Drive:
         return replace(self.env.round_env(self.frame.narrative), link=link)
 
     def park(self, result: RoundResult) -> RunOutcome | None:
-        """Park the waiting calls durably: the exchange ends AwaitingHuman and no worker waits."""
-        env = self.env
-        entries = [(call, _parker(env, request, verdict)) for call, request, verdict in result.parked]
-        entries += [(call, _handoff(question)) for call, question in result.handoffs]
-        question = "\n".join(question for _, question in result.handoffs)
-        env.store.park(self.exchange, entries, principal=env.principal, question=question)
-        return AwaitingHuman(call_keys=tuple(call.call_key for call, _ in entries), question=question)
+        """Park the waiting calls durably: the exchange ends AwaitingHuman and no worker waits.
+        A deferred drive (recovery finishing several frames) keeps them for one park of the tree."""
+        entries = park_entries(self.env, result)
+        if self.defer_park:
+            self.parked.extend(entries)
+            return AwaitingHuman(call_keys=tuple(call.call_key for call, _, _ in entries))
+        return park_tree(self.env, self.exchange, entries)
 
     def model_turn(self, turn: int) -> AssembledTurn | TerminalOutcome:
         """Compaction at the idle boundary, context, then one provider call through the dispatch
@@ -312,7 +327,17 @@ class _Drive:
     def cancel_leftovers(self, reason: str) -> None:
         """Before a stop settles: calls of a parked batch that still wait end canceled too, so the
         receipt covers every call of the exchange."""
-        self.cancel(self.env.store.calls_in(self.exchange.pk, *WAITING), reason)
+        store = self.env.store
+        store.cancel_calls(store.calls_in(self.exchange.pk, *WAITING), reason=reason, principal=self.env.principal,
+                           then=self.env.calls_canceled)
+
+    def stop_tree(self, waiting: Sequence[ToolCall], reason: str) -> None:
+        """A stop ends this frame: children that parked below it close canceled (their spawning
+        calls get their one result), this round's waiting calls end canceled, then the leftovers."""
+        self.env.store.cancel_open_frames(self.exchange, reason=reason, principal=self.env.principal,
+                                          then=self.env.calls_canceled, below=self.frame)
+        self.cancel([call for call in waiting if call.status not in TERMINAL_TOOL_CALL_STATUSES], reason)
+        self.cancel_leftovers(reason)
 
     def settle(self, outcome: TerminalOutcome) -> TerminalOutcome:
         """Settle with the authority's spend saved in the same transaction."""
@@ -354,7 +379,6 @@ __all__ = [
     "ToolOutcome",
     "admit_exchange",
     "drive_exchange",
-    "finish_round",
     "run_frame",
     "run_turns",
     "run_turns_keyed",

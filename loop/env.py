@@ -13,7 +13,7 @@ from loop.bounds import Bounds
 from loop.compaction.policy import CompactionPolicy
 from loop.context import DEFAULT_CONTEXT, ContextBuilder
 from loop.hooks import LoopHooks
-from loop.ports import AgentSpec, EventBus, Gate, ToolDiscovery, TurnScope
+from loop.ports import AgentSpec, EventBus, FrameAgents, Gate, ToolDiscovery, TurnScope
 from loop.providers.base import LlmProvider
 from loop.store import Store
 from loop.tools.fanout import RoundEnv
@@ -42,6 +42,8 @@ class LoopEnv:
     narrative: str = ""
     # Told (in the same transaction) of calls a stop cancels, with the acting principal.
     calls_canceled: Callable[[Sequence[int], str], object] | None = None
+    # Rebuilds a child frame's agent and model when recovery or a resolver resumes it.
+    frame_agents: FrameAgents | None = None
 
     def __post_init__(self) -> None:
         # An agent's or deployment's payload cap reaches every row this loop writes.

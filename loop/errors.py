@@ -45,6 +45,13 @@ class ClaimRefused(HarnessError):
     code = "claim_refused"
 
 
+class LeaseLost(HarnessError):
+    """A driver's lease was taken over (it stalled past ``lease_seconds`` and recovery claimed the
+    exchange): it may not write anything more; the new holder goes on from the stored rows."""
+
+    code = "lease_lost"
+
+
 class ProviderError(LoopError):
     """The provider could not deliver a turn (transport, HTTP status, protocol, SSRF refusal)."""
 

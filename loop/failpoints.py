@@ -30,6 +30,8 @@ FAILPOINTS: tuple[str, ...] = (
     "loop.compaction.before_row",
     "loop.compaction.after_row",
     "delegation.after_child_open",
+    "delegation.before_child_close",
+    "delegation.after_child_close",
     "delegation.before_delivery",
     "approvals.after_take",
 )

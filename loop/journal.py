@@ -24,10 +24,11 @@ from django.db import transaction
 from loop import sql
 from loop.bounds import PAYLOAD_CAP_BYTES
 from loop.digest import canonical
-from loop.errors import PayloadTooLarge, PersistError
+from loop.errors import LeaseLost, PayloadTooLarge, PersistError
 from loop.ports import AuditRecord, AuditSink, Clock, EventBus
 from loop.sql import batch as batch_sql
 from loop.sql import events
+from loop.sql import exchanges as exchange_rows
 
 
 @dataclass
@@ -42,6 +43,7 @@ class _Batch:
     writes: list[batch_sql.Write] = field(default_factory=list)
     wakes: dict[int, int] = field(default_factory=dict)  # session → last seq to wake its viewers for
     written_seq: dict[int, int] = field(default_factory=dict)  # session → last_seq as stored
+    fences_held: set[tuple[int, str]] = field(default_factory=set)  # (exchange, claim) checked and row-locked
 
 
 # One batch per thread (a thread has its own database connection), shared by every Journal: a
@@ -57,12 +59,16 @@ class Journal:
     """Append-only narrative rows, exactly once by idempotency key, and audit rows beside them."""
 
     def __init__(
-        self, *, audit: AuditSink, clock: Clock, bus: EventBus, payload_cap: int = PAYLOAD_CAP_BYTES
+        self, *, audit: AuditSink, clock: Clock, bus: EventBus, payload_cap: int = PAYLOAD_CAP_BYTES,
+        fence: tuple[int, str] | None = None,
     ) -> None:
         self.audit_sink = audit
         self.clock = clock
         self.bus = bus
         self.payload_cap = payload_cap
+        # A driver's journal: (exchange id, claim token). Every transaction that appends a row to
+        # that exchange checks, before the row, that the claim is still its own (lease fencing).
+        self.fence = fence
 
     def now(self) -> datetime:
         return self.clock.now()
@@ -156,6 +162,7 @@ class Journal:
         batch = _current()
         if batch is not None:
             return self._append_batched(batch, session_id, kind, body, key, exchange_id, narrative, fresh)
+        self._check_fence(exchange_id)
         with sql.cursor() as cursor:
             seq, inserted = events.append_event(cursor, session_id=session_id, exchange_id=exchange_id, kind=kind,
                                                 narrative=narrative, body=body, key=key, created_at=self.now())
@@ -171,8 +178,22 @@ class Journal:
             raise PersistError(f"idempotency key {key} reused with other content", code="idempotency_conflict")
         return existing[0]
 
+    def _check_fence(self, exchange_id: int | None, batch: _Batch | None = None) -> None:
+        """Refuse with LeaseLost when this journal is fenced on ``exchange_id`` and its claim was
+        taken over. The check row-locks the exchange (PostgreSQL) until commit, so a batch checks
+        once for all its rows."""
+        fence = self.fence
+        if fence is None or exchange_id != fence[0] or (batch is not None and fence in batch.fences_held):
+            return
+        with sql.cursor() as cursor:
+            if not exchange_rows.holds_claim(cursor, exchange_id, fence[1]):
+                raise LeaseLost(f"exchange {exchange_id}: another driver holds it now; nothing more is written")
+        if batch is not None:
+            batch.fences_held.add(fence)
+
     def _append_batched(self, batch: _Batch, session_id: int, kind: str, body: str, key: str,
                         exchange_id: int | None, narrative: str, fresh: bool) -> int:
+        self._check_fence(exchange_id, batch)
         repeat = batch.keys.get(key)
         if repeat is None and not fresh:
             with sql.cursor() as cursor:

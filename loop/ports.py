@@ -131,8 +131,11 @@ class DelegateReturn:
     status), and the one ``subagent_result`` payload recorded with it in the same transaction."""
 
     content: str
-    status: str  # a ToolCallStatus value: completed | failed | cancelled
+    status: str  # a ToolCallStatus value: completed | failed | canceled | awaiting_human
     subagent: Mapping[str, Any]
+    # awaiting_human: the child parked; its waiting calls with their park callbacks (the whole tree
+    # parks, the parent's call stays running until the child resumes and ends).
+    parked: Sequence[Any] = ()
 
 
 class Tool(Protocol):
@@ -172,6 +175,22 @@ class AgentSpec:
     description: str = ""
     bounds: Mapping[str, Any] = field(default_factory=dict)
     playbook: Sequence[Mapping[str, Any]] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ChildSetup:
+    """What a child frame runs as: its own agent, the model its selection chose, its bounds."""
+
+    agent: AgentSpec
+    provider: Any  # a loop.providers.base.LlmProvider
+    bounds: Any = None  # a loop.bounds.Bounds: the child agent's bounds; the parent's when None
+
+
+class FrameAgents(Protocol):
+    """Rebuilds a child frame after a restart (SPEC R1 step 4: every frame runs as its own agent,
+    from the catalog, never the root's): ``agent`` and ``selection`` are the frame's own rows."""
+
+    def child(self, agent: str, selection: Mapping[str, Any]) -> ChildSetup: ...
 
 
 class AgentCatalog(Protocol):

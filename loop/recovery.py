@@ -12,10 +12,10 @@ history well-formed, and runs a normal loop on it.
   there, so the exchange stays parked until a human answers.
 * ``canceled`` and ``rejected`` are terminal and never re-executed.
 
-Frames: today every exchange drives its root frame. Child frames (delegation) slot in here: reap
-an interrupted parallel batch (≥2 open frames at one depth: fail their spawning calls, close them),
-resolve the deepest frame's calls as above, un-wedge a finished child whose result never reached its
-parent, and cascade to the root, each frame driven as its own agent.
+Frames (:mod:`loop.cascade`): reap an interrupted parallel batch (≥2 open sibling frames: fail
+their spawning calls, close them), resolve every frame's calls as above deepest first, un-wedge a
+finished child whose result never reached its parent, and cascade to the root, each frame driven
+as its own agent. A call needing a human inside a child parks the whole tree the same way.
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ from __future__ import annotations
 from typing import Literal
 
 from loop.cancellation import CancelToken
-from loop.driver import WAITING, LoopEnv, drive_exchange, finish_round
-from loop.errors import HarnessError
+from loop.cascade import INTERRUPTED_RESULT, UNFINISHED, cascade, finish_calls, reap
+from loop.driver import WAITING, LoopEnv, _Drive, drive_exchange, fenced, park_tree
+from loop.errors import HarnessError, LeaseLost, LoopError
 from loop.failpoints import failpoint
 from loop.models import Exchange, ExchangeStatus, ToolCall, ToolCallStatus
-from loop.outcomes import AwaitingHuman, CancelCause, Canceled, ExchangeResult
-from loop.tools.hints import RestartHint
+from loop.outcomes import AwaitingHuman, CancelCause, Canceled, ExchangeResult, RunOutcome, outcome_from_receipt
+from loop.watch import StopWatcher
 
 Resolution = Literal["approve", "reject", "expire", "answer", "close"]
 
@@ -38,8 +39,7 @@ _RESULTS = {
     "answer": (ToolCallStatus.COMPLETED, "A human answered: {reason}"),
 }
 
-INTERRUPTED_RESULT = "interrupted: the worker driving this call stopped before it finished; it was not retried"
-UNFINISHED = (ToolCallStatus.PLANNED, ToolCallStatus.RUNNING, ToolCallStatus.APPROVED)
+__all__ = ["INTERRUPTED_RESULT", "ResolverBusy", "recover_exchange", "repair_dangling", "resolve_pending"]
 
 
 class ResolverBusy(HarnessError):
@@ -71,6 +71,7 @@ def resolve_pending(
     if not store.claim_for_recovery(exchange.pk, claim_token, principal=env.principal):
         raise ResolverBusy(f"exchange {exchange.pk} is held by another driver")
     exchange.claim_token = claim_token
+    env = fenced(env, exchange.pk, claim_token)
     taken = _answer(env, call, resolution=resolution, reason=reason)
     if not taken:
         store.release(exchange.pk, claim_token)
@@ -100,68 +101,83 @@ def _answer(env: LoopEnv, call: ToolCall, *, resolution: Resolution, reason: str
 def _continue_parked(
     env: LoopEnv, exchange: Exchange, *, claim_token: str, close: str | None = None
 ) -> ExchangeResult:
-    """A claimed parked exchange: finish its unfinished calls, then close it, drive it on, or leave
-    it parked (released) while a call still waits for a human."""
+    """A claimed exchange (parked, or open with a lapsed lease): finish the frame tree's unfinished
+    calls (:mod:`loop.cascade`), then close it, leave it parked (released) while a call still waits
+    for a human, or cascade up the tree and drive the root on."""
+    env = fenced(env, exchange.pk, claim_token)
     store, token = env.store, CancelToken()
-    unfinished = _well_formed(env, exchange)
-    approved = frozenset(call.pk for call in unfinished if call.status == ToolCallStatus.APPROVED)
-    if unfinished:
-        ended = finish_round(env, exchange, unfinished, claim_token=claim_token, approved=approved, cancel=token)
-        if ended is not None:
-            return ExchangeResult(exchange.pk, ended, exchange.receipt)
-    if token.cancelled or store.cancel_requested(exchange.pk):  # a stop: what still waits ends with it
-        reason = token.reason or "stop requested"
-        store.cancel_calls(store.calls_in(exchange.pk, *WAITING), reason=reason, principal=env.principal,
-                           then=env.calls_canceled)
-        stopped = Canceled(reason)
-        store.settle(exchange, stopped, principal=env.principal)
-        return ExchangeResult(exchange.pk, stopped, exchange.receipt)
+    exchange.claim_token = claim_token
+    if store.cancel_requested(exchange.pk):
+        token.cancel("stop requested")
+    try:
+        with StopWatcher(store, exchange.pk, token, env.cancel_poll_interval, claim=claim_token):
+            ended = _finish_tree(env, exchange, token, claim_token=claim_token, close=close)
+    except LeaseLost:
+        raise  # another driver holds it now: nothing more is written here
+    except LoopError as exc:
+        store.mark_broken(exchange, code=exc.code, message=str(exc), principal=env.principal)
+        raise
+    if ended is not None:
+        return ExchangeResult(exchange.pk, ended, exchange.receipt)
+    fresh = store.exchange(exchange.pk)  # the children's spend is on the root's ledger now
+    fresh.claim_token = claim_token
+    return drive_exchange(env, fresh, claim_token=claim_token, cancel=token)
+
+
+def _finish_tree(env: LoopEnv, exchange: Exchange, token: CancelToken, *, claim_token: str,
+                 close: str | None) -> RunOutcome | None:
+    """None when the root's loop goes on (the caller drives it)."""
+    store = env.store
+    reap(env, exchange)
+    root = _Drive.start(env, exchange, token)
+    state = finish_calls(env, exchange, root, token)
+    if state.stopped is not None or token.cancelled or store.cancel_requested(exchange.pk):
+        return _stop(env, exchange, token.reason or "stop requested")
+    if state.parked:  # re-gated calls that now need a human: the tree parks (again)
+        return park_tree(env, exchange, state.parked)
     if store.awaiting_calls(exchange.pk):  # re-asked: the cards are still there
         store.release(exchange.pk, claim_token)
-        return ExchangeResult(exchange.pk, AwaitingHuman())
+        return AwaitingHuman()
     if close is not None:
+        store.cancel_open_frames(exchange, reason=f"closed by a human: {close}"[:500], principal=env.principal,
+                                 then=env.calls_canceled)
         closed = Canceled(reason=close[:500], cause=CancelCause.CLOSED_BY_HUMAN)
         store.settle(exchange, closed, principal=env.principal)
-        return ExchangeResult(exchange.pk, closed, exchange.receipt)
-    if not store.reopen(exchange, principal=env.principal, reason="answered", token=claim_token):
-        raise HarnessError(f"exchange {exchange.pk} could not be reopened", code="claim_refused")
-    return drive_exchange(env, store.exchange(exchange.pk), claim_token=claim_token, cancel=token)
+        return closed
+    if exchange.status == ExchangeStatus.PARKED:
+        if not store.reopen(exchange, principal=env.principal, reason="answered", token=claim_token):
+            raise HarnessError(f"exchange {exchange.pk} could not be reopened", code="claim_refused")
+        exchange.status = ExchangeStatus.OPEN
+    ended = cascade(env, exchange, root, token)
+    if isinstance(ended, Canceled):
+        return _stop(env, exchange, ended.reason)
+    return ended
 
 
-def _well_formed(env: LoopEnv, exchange: Exchange) -> list[ToolCall]:
-    """Give every call that was running when its worker died and may not run twice its typed
-    ``interrupted`` result; return the calls that still have to run, in call order."""
-    unfinished = []
-    for call in env.store.calls_in(exchange.pk, *UNFINISHED):
-        tool = env.tools.get(call.tool)
-        if call.status == ToolCallStatus.RUNNING and tool is not None \
-                and tool.restart_hint == RestartHint.MARK_INTERRUPTED:
-            env.store.record_result(call, status=ToolCallStatus.INTERRUPTED, content=INTERRUPTED_RESULT,
-                                    is_error=True, truncated=False, principal=env.principal,
-                                    narrative=call.frame.narrative)
-        else:
-            unfinished.append(call)
-    return unfinished
+def _stop(env: LoopEnv, exchange: Exchange, reason: str) -> RunOutcome:
+    """A stop ends the tree: open frames close canceled, what still waits ends canceled with its
+    pending approval, then the exchange settles — so its receipt covers every event."""
+    store = env.store
+    if exchange.status == ExchangeStatus.SETTLED:  # the root's round settled it already
+        return outcome_from_receipt(exchange.outcome, exchange.receipt)
+    store.cancel_open_frames(exchange, reason=reason, principal=env.principal, then=env.calls_canceled)
+    store.cancel_calls(store.calls_in(exchange.pk, *WAITING, ToolCallStatus.RUNNING), reason=reason,
+                       principal=env.principal, then=env.calls_canceled)
+    stopped = Canceled(reason)
+    store.settle(exchange, stopped, principal=env.principal)
+    return stopped
 
 
 def recover_exchange(env: LoopEnv, exchange_id: int, *, claim_token: str) -> ExchangeResult | None:
     """Continue an exchange no live driver holds (SPEC R1, R2): a lapsed lease, a lost task, a
     parked exchange whose answers were never carried out. No new message: the history is made
-    well-formed and a normal loop runs on it. None when a live driver holds it (nothing to do).
+    well-formed (over the whole frame tree) and a normal loop runs on it. None when a live driver
+    holds it (nothing to do).
     """
     store = env.store
     if not store.claim_for_recovery(exchange_id, claim_token, principal=env.principal):
         return None
-    exchange = store.exchange(exchange_id)
-    if exchange.status == ExchangeStatus.PARKED:
-        return _continue_parked(env, exchange, claim_token=claim_token)
-    unfinished = _well_formed(env, exchange)
-    approved = frozenset(call.pk for call in unfinished if call.status == ToolCallStatus.APPROVED)
-    cancel = CancelToken()
-    if store.cancel_requested(exchange.pk):
-        cancel.cancel("stop requested")
-    return drive_exchange(env, exchange, claim_token=claim_token, cancel=cancel, resume=unfinished,
-                          approved=approved)
+    return _continue_parked(env, store.exchange(exchange_id), claim_token=claim_token)
 
 
 def repair_dangling(env: LoopEnv, exchange: Exchange, *, reason: str) -> int:

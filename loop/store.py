@@ -41,9 +41,9 @@ class Store:
 
     def __init__(
         self, *, audit: AuditSink, clock: Clock, bus: EventBus, payload_cap: int = PAYLOAD_CAP_BYTES,
-        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS, fence: tuple[int, str] | None = None,
     ) -> None:
-        self.journal = Journal(audit=audit, clock=clock, bus=bus, payload_cap=payload_cap)
+        self.journal = Journal(audit=audit, clock=clock, bus=bus, payload_cap=payload_cap, fence=fence)
         self.calls = CallLog(self.journal)
         self.exchanges = ExchangeLog(self.journal, self.calls, lease_seconds=lease_seconds)
         self.frames = FrameLog(self.journal, self.calls)
@@ -88,6 +88,13 @@ class Store:
         self.compaction_episode = self.compactions.episode
         self.commit_compaction = self.compactions.commit
         self.stop_at_quota = self.compactions.stop_at_quota
+        self.end_child = self.frames.end_child
+        self.cancel_open_frames = self.frames.cancel_open
+        self.open_children = self.frames.open_children
+        self.child_frame_of = self.frames.child_of
+        self.frame = self.frames.get
+        self.frame_rows = self.frames.rows_of
+        self.frame_ancestors = self.frames.ancestors
 
     @property
     def payload_cap(self) -> int:
@@ -98,7 +105,14 @@ class Store:
         if payload_cap == self.payload_cap:
             return self
         return Store(audit=self.journal.audit_sink, clock=self.journal.clock, bus=self.journal.bus,
-                     payload_cap=payload_cap, lease_seconds=self.lease_seconds)
+                     payload_cap=payload_cap, lease_seconds=self.lease_seconds, fence=self.journal.fence)
+
+    def fenced(self, exchange_id: int, claim_token: str) -> Store:
+        """This store for the driver holding ``claim_token`` on ``exchange_id``: once its lease is
+        taken over, every row it would append to that exchange refuses (:class:`LeaseLost`)."""
+        return Store(audit=self.journal.audit_sink, clock=self.journal.clock, bus=self.journal.bus,
+                     payload_cap=self.payload_cap, lease_seconds=self.lease_seconds,
+                     fence=(exchange_id, claim_token))
 
     def release_thread(self) -> None:
         """A helper thread that used the store is ending: close its connections."""

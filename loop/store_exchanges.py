@@ -195,12 +195,12 @@ class ExchangeLog:
                     exchange_id=exchange.pk,
                 )
                 keys.append(call.call_key)
-            rows.mark_parked(exchange.pk)
             seq = self.journal.append(
                 exchange.session_id, EventKind.EXCHANGE_PARKED, {"calls": keys, "question": question},
                 f"s{exchange.session_id}:e{exchange.number}:parked:{len(keys)}:{self.journal.now().timestamp()}",
                 exchange_id=exchange.pk,
             )
+            rows.mark_parked(exchange.pk)  # last: it lets go of the claim the rows above are fenced by
             self.journal.audit("loop.exchange.parked", principal=principal, subject_type="exchange",
                                subject_id=exchange.pk, payload={"calls": keys, "question": question[:500]})
             self.journal.wake(exchange.session_id, seq)

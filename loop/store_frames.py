@@ -3,7 +3,7 @@ row of its own narrative and closes with its outcome; each is one transaction wi
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from django.db import transaction
@@ -12,11 +12,14 @@ from loop import sql
 from loop.digest import events_digest
 from loop.events import EventKind
 from loop.journal import Journal
-from loop.models import Exchange, Frame, FrameStatus
+from loop.models import Exchange, Frame, FrameStatus, ToolCall, ToolCallStatus
 from loop.providers.base import AssembledTurn
 from loop.sql import events as event_rows
 from loop.sql import frames as rows
-from loop.store_calls import CallLog
+from loop.store_calls import CANCELED_RESULT, CallLog
+
+# A call in one of these states has no result yet (a running delegate waits for its child).
+UNSETTLED = (ToolCallStatus.PLANNED, ToolCallStatus.RUNNING, ToolCallStatus.APPROVED, ToolCallStatus.AWAITING_HUMAN)
 
 
 class FrameLog:
@@ -67,6 +70,67 @@ class FrameLog:
         with transaction.atomic():
             self.calls.message_end(exchange, frame, turn, assembled, principal, spent_tokens)
             self._close(frame, outcome=outcome, principal=principal, exchange=exchange)
+
+    def end_child(
+        self, frame: Frame, *, status: str, content: str, subagent: Mapping[str, Any], principal: str,
+        exchange: Exchange,
+    ) -> None:
+        """A child ended (or ended long ago and its result never reached its parent: the un-wedge):
+        its frame closes (once) and its spawning call gets the result and the one
+        ``subagent_result``, in one transaction."""
+        call = frame.parent_call
+        assert call is not None, "a child frame has a spawning call"
+        with transaction.atomic():
+            self._close(frame, outcome=str(subagent.get("outcome", "canceled")), principal=principal,
+                        exchange=exchange)
+            if call.status in UNSETTLED:
+                self.calls.result(call, status=status, content=content, is_error=status != ToolCallStatus.COMPLETED,
+                                  truncated=False, principal=principal, narrative=call.frame.narrative,
+                                  subagent=subagent)
+
+    def open_children(self, exchange_id: int) -> list[Frame]:
+        return rows.open_children(exchange_id)
+
+    def child_of(self, call_id: int) -> Frame | None:
+        return rows.child_of(call_id)
+
+    def get(self, frame_id: int) -> Frame:
+        return rows.frame_by_id(frame_id)
+
+    def rows_of(self, frame: Frame, *kinds: str) -> list[dict[str, Any]]:
+        return rows.narrative_rows(frame, *kinds)
+
+    def cancel_open(
+        self, exchange: Exchange, *, reason: str, principal: str,
+        then: Callable[[Sequence[int], str], object] | None = None, below: Frame | None = None,
+        only: Sequence[Frame] | None = None, spawn_status: str = ToolCallStatus.CANCELED,
+    ) -> int:
+        """A stop reaches a tree nobody drives (parked, or its worker died): every open child frame,
+        deepest first, cancels its unsettled calls (and their pending approvals, through ``then``),
+        closes ``canceled`` and gives its spawning call a ``spawn_status`` result with its one
+        ``subagent_result``. Inside the caller's transaction or its own. With ``below``, only the
+        frames under that one (a child's own stop); with ``only``, those frames and the open frames
+        under them (a reaped batch). Returns how many closed."""
+        children = rows.open_children(exchange.pk)
+        if below is not None and below.depth > 0:
+            children = [frame for frame in children if below.pk in rows.ancestors(frame)]
+        if only is not None:
+            chosen = {frame.pk for frame in only}
+            children = [frame for frame in children if frame.pk in chosen or chosen & set(rows.ancestors(frame))]
+        with transaction.atomic():
+            for frame in children:
+                waiting: list[ToolCall] = list(ToolCall.objects.select_related("frame").filter(
+                    frame_id=frame.pk, status__in=UNSETTLED).order_by("turn", "index"))
+                self.calls.cancel_calls(waiting, reason=reason, principal=principal, then=then)
+                text = reason if spawn_status != ToolCallStatus.CANCELED else CANCELED_RESULT.format(reason=reason)
+                subagent = {"agent": frame.agent, "content": text, "outcome": "canceled", "frame": frame.pk,
+                            "depth": frame.depth, "input_tokens": 0, "output_tokens": 0}
+                self.end_child(frame, status=spawn_status, content=text, subagent=subagent,
+                               principal=principal, exchange=exchange)
+        return len(children)
+
+    def ancestors(self, frame: Frame) -> list[int]:
+        return rows.ancestors(frame)
 
     def _close(self, frame: Frame, *, outcome: str, principal: str, exchange: Exchange) -> None:
         assert sql.in_transaction()

@@ -7,6 +7,7 @@ import logging
 from django.conf import settings
 
 from approvals.services import approvals_expire
+from loop.errors import LeaseLost
 from loop.models import Exchange, ExchangeStatus, ToolCall
 from loop.recovery import recover_exchange, resolve_pending
 from skald.cases.runs import run_sync_from_exchange, runs_out_of_step
@@ -49,6 +50,9 @@ def _recover(exchange: Exchange) -> str:
     try:
         env = build_env(exchange.session, exchange_id=exchange.pk)
         result = recover_exchange(env, exchange.pk, claim_token=new_token())
+    except LeaseLost:  # this worker stalled past its lease; the driver that took over goes on
+        logger.warning("exchange %s: lease lost to another driver", exchange.pk)
+        return "lease lost"
     finally:
         after_exchange(exchange.pk)
     return result.outcome.name if result is not None else "held by a live driver"
@@ -103,6 +107,9 @@ def resolve_pending_call(tool_call_id: int, resolution: str, reason: str = "") -
     try:
         result = resolve_pending(env, call, resolution=resolution,  # type: ignore[arg-type]
                                  reason=reason, claim_token=new_token())
+    except LeaseLost:  # this worker stalled past its lease; the driver that took over goes on
+        logger.warning("exchange %s: lease lost to another driver", call.exchange_id)
+        return "lease lost"
     finally:
         after_exchange(call.exchange_id)
     return result.outcome.name if result is not None else "settled call"

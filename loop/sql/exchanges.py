@@ -21,7 +21,7 @@ from loop.models import (
     ToolCall,
     ToolCallStatus,
 )
-from loop.sql import json_param, load_json, when
+from loop.sql import for_update, json_param, load_json, when
 from loop.sql.batch import Write
 
 ACTIVE_STATUSES = (ExchangeStatus.OPEN, ExchangeStatus.PARKED)
@@ -239,3 +239,11 @@ def add_usage(cursor: CursorWrapper, exchange_id: int, *, input_tokens: int, out
         "reserved_tokens = %s, accounting_incomplete = %s WHERE id = %s",
         [input_tokens, output_tokens, spent, incomplete, exchange_id],
     )
+
+
+def holds_claim(cursor: CursorWrapper, exchange_id: int, token: str) -> bool:
+    """Whether ``token`` still holds the exchange's claim (row-locked on PostgreSQL until commit, so
+    a takeover cannot slip in between this check and the caller's writes)."""
+    cursor.execute(f"SELECT claim_token FROM loop_exchange WHERE id = %s{for_update()}", [exchange_id])
+    row = cursor.fetchone()
+    return row is not None and row[0] == token

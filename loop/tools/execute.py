@@ -36,6 +36,7 @@ class ToolOutcome:
     truncated: bool = False
     withheld: tuple[str, ...] = ()  # credential kinds that kept the output out of history
     subagent: Mapping[str, Any] | None = None  # a delegate's subagent_result, recorded with the result
+    nested: tuple[Any, ...] = ()  # awaiting_human from a delegate: the calls its child tree parked
 
 
 def execute_tool(
@@ -68,6 +69,8 @@ def execute_tool(
         timed_out = f"tool error: {tool.name} timed out after {context.timeout or 0:g} s"
         return ToolOutcome(ToolCallStatus.FAILED, timed_out, True)
     value = box.get("value")
+    if isinstance(value, DelegateReturn) and value.status == ToolCallStatus.AWAITING_HUMAN:
+        return ToolOutcome(ToolCallStatus.AWAITING_HUMAN, value.content, False, nested=tuple(value.parked))
     if isinstance(value, DelegateReturn):  # a child ran: its result and its one subagent_result, whatever the ending
         kinds = find_tripwires(value.content, detector)
         content = withheld_notice("delegate output", kinds) if kinds else value.content

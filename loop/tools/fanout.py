@@ -30,6 +30,9 @@ from loop.tripwires import Detector
 class RoundResult:
     parked: list[tuple[ToolCall, GateCall, GateVerdict]] = field(default_factory=list)
     handoffs: list[tuple[ToolCall, str]] = field(default_factory=list)
+    # Calls a child frame parked below one of this round's delegates (call, park callback, question);
+    # the delegate's own call stays running until its child resumes and ends.
+    nested: list[tuple[ToolCall, Any, str]] = field(default_factory=list)
     canceled: bool = False
     executed: int = 0
 
@@ -54,6 +57,9 @@ def gate_call(call: ToolCall) -> GateCall:
 
 def _settle(env: RoundEnv, call: ToolCall, outcome: ToolOutcome, result: RoundResult) -> None:
     """Record an executed call's outcome, or set it aside as a handoff to a human."""
+    if outcome.status == ToolCallStatus.AWAITING_HUMAN and outcome.nested:
+        result.nested.extend(outcome.nested)
+        return
     if outcome.status == ToolCallStatus.AWAITING_HUMAN:
         result.handoffs.append((call, outcome.content))
         return

@@ -63,8 +63,20 @@ class LocalFanoutChannelLayer(InMemoryChannelLayer):
 
     async def group_add(self, group: str, channel: str) -> None:
         await super().group_add(group, channel)
+        loop = asyncio.get_running_loop()
         if self._inbox is None or self._inbox_pid != os.getpid():
-            self._bind(asyncio.get_running_loop())
+            self._bind(loop)
+        elif self._serving is not loop:
+            self._serve_on(loop)
+
+    def _serve_on(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Consumers now live on ``loop`` (one loop per test; daphne keeps one): the inbox's reader
+        and the hand-off from other threads' loops follow it."""
+        assert self._inbox is not None
+        if self._serving is not None and not self._serving.is_closed():
+            self._serving.call_soon_threadsafe(self._serving.remove_reader, self._inbox.fileno())
+        loop.add_reader(self._inbox.fileno(), self._on_datagram, self._inbox)
+        self._serving = loop
 
     def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,7 @@ gate, scope. Entry points (tasks, services) build a :class:`~loop.driver.LoopEnv
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.conf import settings
@@ -15,7 +15,7 @@ from loop.errors import HarnessError
 from loop.events import EventKind
 from loop.hooks import LoopHooks
 from loop.models import Exchange, Session, SessionEvent
-from loop.ports import AgentSpec, Gate, TurnScope
+from loop.ports import AgentSpec, ChildSetup, Gate, TurnScope
 from loop.providers.base import LlmProvider
 from loop.providers.playbook import PlaybookProvider
 from skald import plugins, provider_config
@@ -64,6 +64,16 @@ def provider_for(agent: AgentSpec, client: str = "") -> LlmProvider:
 
         return OpenAICompatProvider(profile)
     raise HarnessError(f"unknown client {client!r}", code="provider_unknown")
+
+
+class CatalogFrameAgents:
+    """Rebuilds a child frame for recovery and resolvers: its agent from the catalog (never the
+    root's), the client its selection chose, the agent's bounds (SPEC R1 step 4, S3)."""
+
+    def child(self, agent: str, selection: Mapping[str, Any]) -> ChildSetup:
+        spec = AgentRowCatalog().get(agent)
+        return ChildSetup(agent=spec, provider=provider_for(spec, str(selection.get("client") or "")),
+                          bounds=deployment_bounds().override(spec.bounds))
 
 
 def default_gate() -> Gate:
@@ -123,6 +133,5 @@ def build_env(session: Session, *, exchange_id: int = 0, hooks: LoopHooks | None
         store=kernel_store(), provider=provider_for(agent), tools=plugins.sockets.tools.subset(agent.tools),
         gate=default_gate(), agent=agent, scope=scope, bus=ChannelsBus(), bounds=bounds,
         hooks=hooks or audited_hooks(), discovery=KnownToolRecorder(), calls_canceled=plugins.notify_calls_cancelled,
-        detector=plugins.tripwire_detector(),
-        compaction=deployment_compaction(),
+        detector=plugins.tripwire_detector(), compaction=deployment_compaction(), frame_agents=CatalogFrameAgents(),
     )

@@ -17,6 +17,8 @@ def stop_unheld(exchange: Exchange, *, principal: str) -> None:
     """The caller holds the exchange's claim (no worker drives it)."""
     store = kernel_store()
     with transaction.atomic():
+        # A child that parked the tree closes first: its spawning call gets its one result.
+        store.cancel_open_frames(exchange, reason="stop requested", principal=principal, then=notify_calls_cancelled)
         waiting = store.calls_in(exchange.pk, *UNSETTLED)
         store.cancel_calls(waiting, reason="stop requested", principal=principal, then=notify_calls_cancelled)
         store.settle(exchange, Canceled("stop requested"), principal=principal)

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,9 +35,17 @@ APPROVAL_POINTS = ("approvals.after_take", "loop.after_intent", "loop.inside_too
 # A turn that compacts its session's history first (SPEC L14), under tiny thresholds.
 COMPACTION_POINTS = ("loop.compaction.before_row", "loop.compaction.after_row")
 TINY_COMPACTION = '{"threshold_tokens": 60, "keep_tokens": 30, "summary_max_tokens": 100}'
+# Inside the frame tree: the root delegates, the child makes the effect (CRASH_DELEGATE=1).
+CHILD_POINTS = ("delegation.after_child_open", "loop.after_tool_result", "delegation.before_child_close",
+                "delegation.after_child_close", "loop.after_settle")
+# The child's call needs an approval: the whole tree parks; the resolver dies carrying it out.
+CHILD_APPROVAL_POINTS = ("approvals.after_take", "loop.after_tool_result", "delegation.after_child_close",
+                         "loop.after_settle")
 CASES: tuple[tuple[str, str], ...] = (tuple(("turn", p) for p in TURN_POINTS)
                                       + tuple(("approval", p) for p in APPROVAL_POINTS)
-                                      + tuple(("compaction", p) for p in COMPACTION_POINTS))
+                                      + tuple(("compaction", p) for p in COMPACTION_POINTS)
+                                      + tuple(("child", p) for p in CHILD_POINTS)
+                                      + tuple(("child-appr", p) for p in CHILD_APPROVAL_POINTS))
 _SCRUBBED = ("SKALD_", "DATABASE_URL", "REDIS_URL", "BRAIN_")
 
 
@@ -115,13 +124,14 @@ def crash_once(db: Database, scenario: str, point: str, number: int = 0) -> dict
             _pg_admin(db.server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
                       f'CREATE DATABASE "{name}" TEMPLATE "{db.template}"')
         try:
-            plain = _env(workdir, db.env_for(name))
+            plain = _env(workdir, {**db.env_for(name), **({"CRASH_DELEGATE": "1"} if scenario.startswith("child")
+                                                           else {})})
             if scenario == "compaction":  # a history under the default threshold, then tiny ones
                 history = _child("history", workdir, plain)
                 assert history.returncode == 0, history.stderr[-3000:]
                 plain["SKALD_COMPACTION"] = TINY_COMPACTION
             crashing = dict(plain, SKALD_FAILPOINTS=point, SKALD_FAILPOINTS_ONCE=str(workdir / "fired"))
-            if scenario in ("turn", "compaction"):
+            if scenario in ("turn", "compaction", "child"):
                 worker = _child("turn", workdir, crashing)
             else:
                 parked = _child("park", workdir, plain)
@@ -160,23 +170,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=int(os.environ.get("N", "20")))
     parser.add_argument("--postgres", default=os.environ.get("CRASH_POSTGRES_URL", ""),
                         help="a PostgreSQL server URL (postgres://user@host:port/any): also run there")
+    parser.add_argument("--no-sqlite", action="store_true", help="PostgreSQL only")
+    parser.add_argument("--jobs", type=int, default=int(os.environ.get("CRASH_JOBS", "1")),
+                        help="runs of one failpoint at a time (each has its own database and processes)")
     args = parser.parse_args(argv)
-    kinds = [("sqlite", "")] + ([("postgresql", args.postgres)] if args.postgres else [])
+    kinds = ([] if args.no_sqlite else [("sqlite", "")]) + ([("postgresql", args.postgres)] if args.postgres else [])
     failed = False
     for kind, url in kinds:
         print(f"\n{kind}: {args.runs} runs per failpoint, lease {LEASE_SECONDS} s, settle within {SETTLE_WITHIN} s")
-        print(f"{'scenario':9} {'failpoint':26} {'runs':>4} {'settled':>7} {'lost':>4} {'dup':>4} {'unappr':>6} "
+        print(f"{'scenario':10} {'failpoint':30} {'runs':>4} {'settled':>7} {'lost':>4} {'dup':>4} {'unappr':>6} "
               f"{'max s':>6}")
         with database(kind, url) as db:
             for scenario, point in CASES:
-                rows = [crash_once(db, scenario, point, n) for n in range(args.runs)]
+                with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+                    rows = list(pool.map(lambda n, s=scenario, p=point: crash_once(db, s, p, n), range(args.runs)))
                 settled = sum(1 for r in rows if r["settled_or_parked"] and r["seconds"] <= SETTLE_WITHIN)
                 lost = sum(1 for r in rows if not r["seq_dense"] or r["findings"] or not r["chain_ok"])
                 dup = sum(r["duplicated"] for r in rows)
                 unapproved = sum(r["unapproved"] for r in rows)
                 slowest = max(r["seconds"] for r in rows)
                 failed |= any(violations(r) for r in rows)
-                print(f"{scenario:9} {point:26} {len(rows):4} {settled:7} {lost:4} {dup:4} {unapproved:6} "
+                for report in rows:
+                    for broken in violations(report):
+                        print(f"  ! {scenario} {point}: {broken}", flush=True)
+                print(f"{scenario:10} {point:30} {len(rows):4} {settled:7} {lost:4} {dup:4} {unapproved:6} "
                       f"{slowest:6.2f}", flush=True)
     return 1 if failed else 0
 

@@ -12,6 +12,10 @@ Roles:
     park     the same, but the effect needs an approval: the exchange parks
     approve  a human approves the parked call (the resolver)
     recover  wait for every lease to lapse, recover what no live worker holds, report
+    report   only report (the real stack's sweep recovered: ``tests.e2e.crash_stack``)
+
+With ``CRASH_DELEGATE=1`` the root agent delegates and the child makes the effect: a ``turn`` crashes
+inside the frame tree, and a ``park`` parks the whole tree on the child's call.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-ROLES = ("migrate", "history", "turn", "park", "approve", "recover")
+ROLES = ("migrate", "history", "turn", "park", "approve", "recover", "report")
 
 
 def _setup() -> None:
@@ -34,9 +38,13 @@ def _setup() -> None:
     django.setup()
 
 
+DELEGATE = os.environ.get("CRASH_DELEGATE") == "1"
+
+
 class PolicyProvider:
-    """Deterministic: asks for the effect until it sees the effect's result, then answers; asked to
-    compact, writes the extractive summary."""
+    """Deterministic: asks for its call until it sees that call's result, then answers; asked to
+    compact, writes the extractive summary. The call is the effect, or (the root, when delegating)
+    the delegate that runs a child making it."""
 
     name = "crash-policy"
 
@@ -50,8 +58,40 @@ class PolicyProvider:
             yield from text_turn(extractive_summary(request.messages[0].content))
             return
         last = request.messages[-1] if request.messages else None
-        turn = text_turn("done") if isinstance(last, ToolResultMessage) else tool_turn(("effect", {}))
+        root = not str(request.metadata.get("narrative", ""))
+        call = ("delegate", {"task": "make the effect"}) if DELEGATE and root else ("effect", {})
+        turn = text_turn("done") if isinstance(last, ToolResultMessage) else tool_turn(call)
         yield from turn
+
+
+class Delegate:
+    """Runs the ``worker`` child agent (the effect only) in a child frame."""
+
+    name = "delegate"
+    description = "Hand the task to the worker agent."
+    parameters: Mapping[str, Any] = {"type": "object", "properties": {"task": {"type": "string"}},
+                                     "required": ["task"]}
+    concurrency_safe = True
+    restart_hint = "mark_interrupted"
+    timeout = None
+
+    def run(self, arguments: Mapping[str, Any], context: Any) -> Any:
+        from loop.delegation import ChildRequest, frame_link, run_child
+
+        return run_child(frame_link(context), ChildRequest(agent=WORKER, task=str(arguments["task"]),
+                                                           tools=["effect"], provider=PolicyProvider(),
+                                                           selection={"rule": "crash", "client": "crash-policy"}),
+                         context)
+
+
+class FrameAgents:
+    def child(self, agent: str, selection: Mapping[str, Any]) -> Any:
+        from loop.ports import ChildSetup
+
+        return ChildSetup(agent=WORKER, provider=PolicyProvider())
+
+
+WORKER: Any = None
 
 
 def _env(workdir: Path, *, require: bool) -> Any:
@@ -73,7 +113,8 @@ def _env(workdir: Path, *, require: bool) -> Any:
 
     class Gate:
         def check(self, call: GateCall, scope: TurnScope | None) -> GateVerdict:
-            return GateVerdict("require", "effects need approval") if require else GateVerdict("allow")
+            needs = require and call.tool == "effect"
+            return GateVerdict("require", "effects need approval") if needs else GateVerdict("allow")
 
         def park(self, call: GateCall, scope: TurnScope, verdict: GateVerdict) -> Mapping[str, Any]:
             return {"reason": verdict.reason}
@@ -84,22 +125,24 @@ def _env(workdir: Path, *, require: bool) -> Any:
 
     session = Session.objects.filter(owner=user).first() or store.create_session(
         owner_id=user.pk, agent="crash", source="web", title="crash", principal=f"user:{user.pk}")
-    tools = ToolRegistry([FunctionTool("effect", "Append to the effect log.", {"type": "object"}, effect,
-                                       restart_hint=RestartHint.MARK_INTERRUPTED)])
+    effect_tool = FunctionTool("effect", "Append to the effect log.", {"type": "object"}, effect,
+                               restart_hint=RestartHint.MARK_INTERRUPTED)
+    tools = ToolRegistry([effect_tool, Delegate()] if DELEGATE else [effect_tool])
+    global WORKER
+    WORKER = AgentSpec(name="worker", kind="task", system_prompt="worker", tools=("effect",), client="")
     agent = AgentSpec(name="crash", kind="chat", system_prompt="crash test", tools=tools.names(), client="")
     scope = TurnScope(session_id=session.pk, exchange_id=0, principal=f"user:{user.pk}", user_id=user.pk,
                       agent="crash", workspace=workdir)
     return LoopEnv(store=store, provider=PolicyProvider(), tools=tools, gate=Gate(), agent=agent, scope=scope,
-                   bus=ChannelsBus(), cancel_poll_interval=0.05,
+                   bus=ChannelsBus(), cancel_poll_interval=0.05, frame_agents=FrameAgents(),
                    compaction=CompactionPolicy().override(settings.SKALD_COMPACTION))
 
 
 def _recover(workdir: Path, *, require: bool, timeout: float) -> dict[str, Any]:
     from django.conf import settings
 
-    from loop.models import Exchange, ExchangeStatus, SessionEvent
+    from loop.models import Exchange, ExchangeStatus
     from loop.recovery import recover_exchange
-    from loop.verify import load_session_rows, verify_rows
     from skald.core.ids import new_token
 
     env = _env(workdir, require=require)
@@ -113,7 +156,14 @@ def _recover(workdir: Path, *, require: bool, timeout: float) -> dict[str, Any]:
         if not Exchange.objects.filter(status=ExchangeStatus.OPEN).exists() and not stranded:
             break
         time.sleep(0.2)
+    return _report(workdir, require=require, seconds=round(time.monotonic() - started, 2))
+
+
+def _report(workdir: Path, *, require: bool, seconds: float) -> dict[str, Any]:
+    """The invariants over the whole database, as a JSON-able report."""
     from audit.services import chain_verify
+    from loop.models import Exchange, ExchangeStatus, SessionEvent
+    from loop.verify import load_session_rows, verify_rows
 
     seqs = list(SessionEvent.objects.order_by("session_id", "seq").values_list("session_id", "seq"))
     by_session: dict[int, list[int]] = {}
@@ -143,7 +193,7 @@ def _recover(workdir: Path, *, require: bool, timeout: float) -> dict[str, Any]:
         "chain_ok": bool(getattr(report, "ok", False)),
         "compactions": SessionEvent.objects.filter(kind="compaction").count(),
         "probes": SessionEvent.objects.filter(kind="control:compaction_probe").count(),
-        "seconds": round(time.monotonic() - started, 2),
+        "seconds": seconds,
     }
 
 
@@ -175,6 +225,9 @@ def main(argv: list[str]) -> int:
         with (workdir / "events.log").open("a") as log:
             log.write(f"approve {call.call_key}\n")
         resolve_pending(env, call, resolution="approve", reason="", claim_token=f"resolver-{os.getpid()}")
+        return 0
+    if role == "report":  # the real stack recovered (its sweep); only check
+        print(json.dumps(_report(workdir, require=True, seconds=float(os.environ.get("CRASH_SECONDS", "0")))))
         return 0
     if role == "recover":
         require = (workdir / "approved").exists()

@@ -1,7 +1,9 @@
 """Kill the worker at each failpoint, restart it, check the invariants (SPEC R1, R2).
 
 Real processes, real SIGKILL, the real store and audit chain on a fresh database per run (SQLite,
-and PostgreSQL when the suite runs there). ``make crash`` runs the same cases N times.
+and PostgreSQL when the suite runs there): worker processes that run the kernel (every point, the
+frame tree's too), and the real stack (daphne + qcluster + the sweeper) at two points. ``make crash``
+runs the kernel cases N times, ``make crash STACK=1`` every stack point N times.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ import pytest
 from django.db import connection
 
 from tests.e2e.crash import CASES, Database, crash_once, database, violations
+from tests.e2e.crash_stack import CASES as STACK_CASES
+from tests.e2e.crash_stack import crash_once as stack_crash_once
+from tests.loop.providers.fake_openai_server import FakeOpenAIServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db_sensitive]
 
@@ -35,3 +40,26 @@ def test_a_worker_killed_at_the_point_loses_nothing_and_recovery_settles_it(cras
     assert len(report["effects"]) <= history + 1  # the effect tool declares MARK_INTERRUPTED: never twice
     if scenario == "compaction":  # a complete compaction (row and probe) whichever side of it the worker died
         assert report["compactions"] == report["probes"] == 1
+
+
+@pytest.fixture(scope="module")
+def fake_models() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer(host="127.0.0.1") as fake:
+        yield fake
+
+
+# A stack boots three times per case (~70 s): the suite kills one worker mid-turn and one running an
+# approved call; `make crash STACK=1` runs every point N times.
+SUITE_STACK_CASES = (("turn", "loop.after_claim"), ("approval", "loop.inside_tool"))
+assert set(SUITE_STACK_CASES) <= set(STACK_CASES)
+
+
+@pytest.mark.parametrize(("scenario", "point"), SUITE_STACK_CASES,
+                         ids=[f"stack:{s}:{p}" for s, p in SUITE_STACK_CASES])
+def test_a_real_stack_killed_at_the_point_loses_nothing_and_its_restart_settles_it(fake_models, scenario, point):
+    """The same through daphne + qcluster + the sweeper (``tests.e2e.crash_stack``): the web process
+    or a worker dies at the point, a restarted stack recovers on its own."""
+    postgres = os.environ["DATABASE_URL"] if connection.vendor == "postgresql" else ""
+    report = stack_crash_once(fake_models, scenario, point, postgres=postgres)
+    assert violations(report) == []
+    assert len(report["effects"]) <= 1  # execute_cmd declares MARK_INTERRUPTED: never twice

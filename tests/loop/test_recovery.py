@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 
 from loop.driver import run_turns_keyed
-from loop.errors import PayloadTooLarge
+from loop.errors import LeaseLost, PayloadTooLarge
 from loop.models import Exchange, ExchangeStatus, SessionEvent, ToolCall, ToolCallStatus
 from loop.outcomes import AwaitingHuman, Canceled, Completed
 from loop.ports import ToolContext
@@ -236,3 +236,48 @@ def test_the_payload_cap_of_the_bounds_reaches_the_store(make_env, session):
     with pytest.raises(PayloadTooLarge):
         run_turns_keyed(env, request_key="big", content="x" * 4096)
     assert not Exchange.objects.filter(session=session).exists()  # nothing half-written
+
+
+def test_a_driver_whose_lease_was_taken_over_cannot_write(make_env, session, store, clock):
+    entered, release = threading.Event(), threading.Event()
+
+    def stall(arguments: Mapping[str, Any], context: ToolContext) -> str:
+        entered.set()
+        release.wait(10)  # the worker stalls (a GC pause, a frozen VM) past its lease
+        return "written too late"
+
+    tools = ToolRegistry([FunctionTool("stall", "Stall.", {"type": "object"}, stall)])
+    stalled_env = make_env(LoopbackProvider([tool_turn(("stall", {})), text_turn("stalled answer")]), tools=tools)
+    exchange = store.admit(session_id=session.pk, request_key="fenced", content="go", principal="user:1",
+                           config={}, claim_token="stalled").exchange
+    box: dict[str, Any] = {}
+
+    def stalled_driver() -> None:
+        from loop.driver import drive_exchange
+
+        try:
+            box["result"] = drive_exchange(stalled_env, exchange, claim_token="stalled")
+        except Exception as exc:
+            box["error"] = exc
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=stalled_driver)
+    worker.start()
+    assert entered.wait(10)
+    clock.advance(LEASE + 1)
+    assert store.claim_for_recovery(exchange.pk, "rescuer", principal="user:1")  # the lease lapsed: taken over
+    release.set()
+    worker.join(15)
+
+    assert isinstance(box.get("error"), LeaseLost)
+    call = ToolCall.objects.get(exchange=exchange)
+    assert call.status == ToolCallStatus.RUNNING  # the stalled driver's result was refused
+    assert not SessionEvent.objects.filter(exchange=exchange, kind="tool_result").exists()
+    held = Exchange.objects.get(pk=exchange.pk)
+    assert (held.status, held.claim_token) == (ExchangeStatus.OPEN, "rescuer")  # not broken, still the rescuer's
+
+    rescuer_env = make_env(LoopbackProvider([text_turn("rescued")]), tools=tools)
+    result = recover_exchange(rescuer_env, exchange.pk, claim_token="rescuer")
+    assert result.outcome == Completed(answer="rescued")
+    assert verify_rows(load_session_rows(session.pk)) == []

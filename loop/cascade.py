@@ -1,0 +1,197 @@
+"""Recovery over the frame tree (SPEC R1 steps 1-4, S1): a parked or interrupted tree of child
+frames is finished deepest first and cascades to the root.
+
+A child frame's call that needs a human parks the whole tree: the exchange parks, the child's frame
+stays open and its spawning call stays ``running``. Whoever continues the exchange (a resolver
+after an answer, recovery after a crash) claims it and, here:
+
+1. **Reaps** an interrupted parallel batch: in an exchange that was running (not parked), two or
+   more open sibling frames (one parent frame) with nothing in them waiting for a human: a crash
+   cut them off mid-run. Deliberately lossy: their
+   spawning calls fail, the frames close, nothing in them runs again.
+2. **Resolves every frame's unfinished calls**, deepest frame first, each in its own frame's
+   environment (:func:`frame_env`: its own agent and model, rebuilt from the frame's rows through
+   ``LoopEnv.frame_agents``): an approved call runs with the gate skipped, a ``running`` one is
+   re-gated and re-run unless its tool declares ``MARK_INTERRUPTED`` (then a typed ``interrupted``
+   result), a ``planned`` one runs its round. A delegate call whose child frame is still open is
+   left to the cascade; one whose child never opened is a ``MARK_INTERRUPTED`` call like any other.
+3. **Un-wedges**: a delegate call whose child closed but whose result never reached it gets the
+   child's result without a model call.
+4. **Cascades**: the deepest open frame runs its loop on to its end (or parks the tree again); its
+   ending becomes its spawning call's result; then its parent, up to the root, whose loop the
+   caller drives on (:func:`loop.driver.drive_exchange`).
+
+A stop at any point ends every open frame ``canceled`` (their spawning calls get their one result)
+before the exchange settles.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from loop.cancellation import CancelToken
+from loop.delegation import child_drive, child_env, child_return
+from loop.driver import LoopEnv, ParkEntry, _Drive, _tool_round, park_tree, run_frame
+from loop.errors import HarnessError
+from loop.events import EventKind
+from loop.frame_link import FrameLink
+from loop.models import Exchange, ExchangeStatus, Frame, ToolCall, ToolCallStatus
+from loop.outcomes import AwaitingHuman, Canceled, Completed, RunOutcome, TerminalOutcome, outcome_from_receipt
+from loop.store import parsed_from_row
+from loop.tools.hints import RestartHint
+
+INTERRUPTED_RESULT = "interrupted: the worker driving this call stopped before it finished; it was not retried"
+REAPED_RESULT = ("interrupted: this delegate ran in a parallel batch that a crash cut off; it was not retried "
+                 "(do the work again if it is still needed)")
+UNFINISHED = (ToolCallStatus.PLANNED, ToolCallStatus.RUNNING, ToolCallStatus.APPROVED)
+
+
+@dataclass
+class TreeState:
+    """What finishing the tree's calls left: calls to park, or a stop that settled the exchange."""
+
+    parked: list[ParkEntry] = field(default_factory=list)
+    stopped: Canceled | None = None
+
+
+def frame_env(env: LoopEnv, frame: Frame) -> LoopEnv:
+    """The environment a stored frame runs in: the root's, or a child's rebuilt from its rows (its
+    own agent and model from the catalog, never the root's; the tools it was opened with).
+
+    Raises:
+        HarnessError: ``frame_unrebuildable`` when the product gave no ``frame_agents``.
+    """
+    if frame.depth == 0:
+        return env
+    if env.frame_agents is None:
+        raise HarnessError(f"frame {frame.pk} cannot be rebuilt: no frame_agents", code="frame_unrebuildable")
+    setup = env.frame_agents.child(frame.agent, frame.selection)
+    opened = env.store.frame_rows(frame, EventKind.FRAME_OPENED)
+    tools = opened[0].get("tools", setup.agent.tools) if opened else setup.agent.tools
+    return child_env(env, agent=setup.agent, provider=setup.provider, tools=tools, bounds=setup.bounds,
+                     narrative=frame.narrative)
+
+
+def _done_turns(env: LoopEnv, frame: Frame) -> int:
+    turns = [int(row.get("turn") or 0) for row in env.store.frame_rows(frame, EventKind.ASSISTANT)]
+    return max(turns, default=0)
+
+
+def _stored_outcome(env: LoopEnv, frame: Frame) -> TerminalOutcome:
+    """A closed child's ending, typed, for the un-wedge (its answer is its last assistant text)."""
+    if frame.outcome == "completed":
+        texts = env.store.frame_rows(frame, EventKind.ASSISTANT)
+        return Completed(answer=str(texts[-1].get("content", "")) if texts else "")
+    outcome = outcome_from_receipt(frame.outcome, None)
+    return outcome if not isinstance(outcome, AwaitingHuman) else Canceled("the delegate's frame closed unfinished")
+
+
+def reap(env: LoopEnv, exchange: Exchange) -> int:
+    """Step 1: close an interrupted parallel batch (≥2 open siblings with nothing waiting for a
+    human in them); their spawning calls fail. Returns how many frames were reaped."""
+    store = env.store
+    if exchange.status != ExchangeStatus.OPEN:
+        return 0  # a parked tree's open frames waited properly (parallel siblings may all have parked)
+    open_frames = store.open_children(exchange.pk)
+    waiting = {call.frame_id for call in store.calls_in(exchange.pk, ToolCallStatus.AWAITING_HUMAN,
+                                                        ToolCallStatus.APPROVED)}
+    siblings: dict[int, list[Frame]] = defaultdict(list)
+    for frame in open_frames:
+        assert frame.parent_call is not None
+        siblings[frame.parent_call.frame_id].append(frame)
+    reaped: list[Frame] = []
+    for group in siblings.values():
+        if len(group) < 2:
+            continue
+        for frame in group:
+            below = [f for f in open_frames if f.pk == frame.pk or frame.pk in store.frame_ancestors(f)]
+            if not any(f.pk in waiting for f in below):
+                reaped.append(frame)
+    if reaped:
+        store.cancel_open_frames(exchange, reason=REAPED_RESULT, principal=env.principal, then=env.calls_canceled,
+                                 only=reaped, spawn_status=ToolCallStatus.FAILED)
+    return len(reaped)
+
+
+def finish_calls(env: LoopEnv, exchange: Exchange, authority_drive: _Drive, token: CancelToken) -> TreeState:
+    """Steps 2 and 3: every frame's unfinished calls, deepest frame first, in its own environment."""
+    store, state = env.store, TreeState()
+    by_frame: dict[int, list[ToolCall]] = defaultdict(list)
+    frames: dict[int, Frame] = {}
+    for call in store.calls_in(exchange.pk, *UNFINISHED):
+        by_frame[call.frame_id].append(call)
+        frames[call.frame_id] = call.frame
+    for frame in sorted(frames.values(), key=lambda f: (-f.depth, f.pk)):
+        fenv = frame_env(env, frame)
+        runnable: list[ToolCall] = []
+        for call in by_frame[frame.pk]:
+            child = store.child_frame_of(call.pk) if call.status == ToolCallStatus.RUNNING else None
+            if child is not None and child.status == "open":
+                continue  # the cascade ends it
+            if child is not None:  # the un-wedge: the child ended, its result never reached this call
+                child = store.frame(child.pk)
+                end_child(env, exchange, child, _stored_outcome(env, child))
+                continue
+            tool = fenv.tools.get(call.tool)
+            if call.status == ToolCallStatus.RUNNING and tool is not None \
+                    and tool.restart_hint == RestartHint.MARK_INTERRUPTED:
+                store.record_result(call, status=ToolCallStatus.INTERRUPTED, content=INTERRUPTED_RESULT,
+                                    is_error=True, truncated=False, principal=env.principal,
+                                    narrative=frame.narrative)
+                continue
+            runnable.append(call)
+        if not runnable:
+            continue
+        approved = frozenset(call.pk for call in runnable if call.status == ToolCallStatus.APPROVED)
+        drive = _drive_for(fenv, exchange, frame, authority_drive, token, approved)
+        ended = _tool_round(drive, [(call, parsed_from_row(call)) for call in runnable])
+        if isinstance(ended, AwaitingHuman):
+            state.parked.extend(drive.parked)
+        elif ended is not None:  # a stop: the frame settled (a child's closed) canceled
+            state.stopped = Canceled(token.reason or "stop requested")
+            if frame.depth > 0:
+                end_child(env, exchange, store.frame(frame.pk), state.stopped)
+            return state
+    return state
+
+
+def end_child(env: LoopEnv, exchange: Exchange, frame: Frame, outcome: TerminalOutcome) -> None:
+    """A child's ending reaches its spawning call: the result and its one ``subagent_result``."""
+    result = child_return(env.store, frame, outcome, parent_token=None)
+    env.store.end_child(frame, status=result.status, content=result.content, subagent=result.subagent,
+                        principal=env.principal, exchange=exchange)
+
+
+def _drive_for(env: LoopEnv, exchange: Exchange, frame: Frame, root: _Drive, token: CancelToken,
+               approved: frozenset[int]) -> _Drive:
+    if frame.depth == 0:
+        drive = _Drive.start(env, exchange, token, approved)
+        drive.authority = root.authority
+        drive.defer_park = True
+        return drive
+    link = FrameLink(env=env, exchange=exchange, frame=frame, authority=root.authority, token=token)
+    return child_drive(env, link, frame, token, done_turns=_done_turns(env, frame), approved=approved)
+
+
+def cascade(env: LoopEnv, exchange: Exchange, root: _Drive, token: CancelToken) -> RunOutcome | None:
+    """Step 4: run the deepest open frame's loop to its end, hand its ending to its spawning call,
+    and go up. Returns AwaitingHuman (the tree parked again, its entries parked), Canceled (a stop
+    ended the tree; the exchange is not settled yet), or None: the root's loop goes on."""
+    store = env.store
+    while True:
+        open_frames = store.open_children(exchange.pk)
+        if token.cancelled:
+            return Canceled(token.reason or "stop requested")
+        if not open_frames:
+            return None
+        frame = open_frames[0]  # the deepest
+        fenv = frame_env(env, frame)
+        drive = _drive_for(fenv, exchange, frame, root, token, frozenset())
+        assert frame.parent_call is not None
+        outcome = run_frame(drive)
+        if isinstance(outcome, AwaitingHuman):  # the tree waits again: park what this frame's loop left
+            return park_tree(env, exchange, drive.parked)
+        end_child(env, exchange, frame, outcome)
+        if isinstance(outcome, Canceled):
+            token.cancel(outcome.reason or "a delegate was cancelled")
