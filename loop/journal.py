@@ -162,13 +162,13 @@ class Journal:
         batch = _current()
         if batch is not None:
             return self._append_batched(batch, session_id, kind, body, key, exchange_id, narrative, fresh)
-        self._check_fence(exchange_id)
         with sql.cursor() as cursor:
             seq, inserted = events.append_event(cursor, session_id=session_id, exchange_id=exchange_id, kind=kind,
                                                 narrative=narrative, body=body, key=key, created_at=self.now())
             if seq is None:
                 raise PersistError(f"session {session_id} does not exist", code="session_missing")
             if inserted:
+                self._check_fence(exchange_id)  # refused: the caller's transaction rolls the row back
                 return seq
             # The key is stored already: an exact repeat returns that row, anything else refuses.
             events.give_back_seq(cursor, session_id)
@@ -181,7 +181,8 @@ class Journal:
     def _check_fence(self, exchange_id: int | None, batch: _Batch | None = None) -> None:
         """Refuse with LeaseLost when this journal is fenced on ``exchange_id`` and its claim was
         taken over. The check row-locks the exchange (PostgreSQL) until commit, so a batch checks
-        once for all its rows."""
+        once for all its rows. It runs once the session row is locked: every writer locks the
+        session before its exchange, and the other order deadlocks with them."""
         fence = self.fence
         if fence is None or exchange_id != fence[0] or (batch is not None and fence in batch.fences_held):
             return
@@ -193,7 +194,6 @@ class Journal:
 
     def _append_batched(self, batch: _Batch, session_id: int, kind: str, body: str, key: str,
                         exchange_id: int | None, narrative: str, fresh: bool) -> int:
-        self._check_fence(exchange_id, batch)
         repeat = batch.keys.get(key)
         if repeat is None and not fresh:
             with sql.cursor() as cursor:
@@ -211,6 +211,7 @@ class Journal:
             if last is None:
                 raise PersistError(f"session {session_id} does not exist", code="session_missing")
             batch.written_seq[session_id] = last
+        self._check_fence(exchange_id, batch)
         seq = batch.last_seq[session_id] = last + 1
         batch.keys[key] = (seq, kind, body)
         batch.rows.append(events.EventRow(session_id=session_id, seq=seq, exchange_id=exchange_id, kind=kind,

@@ -14,7 +14,7 @@ from loop.driver import run_turns_keyed
 from loop.models import Exchange, ToolCall, ToolCallStatus
 from loop.outcomes import Canceled
 from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
-from loop.store import Store
+from loop.sql import exchanges as exchange_rows
 from loop.watch import StopWatcher
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
@@ -30,14 +30,15 @@ def wait_until(probe: Any, what: str, timeout: float = 20.0) -> Any:
     raise AssertionError(f"timed out waiting until {what}")
 
 
-def _record_watcher_backends(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def _record_watcher_backends(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The server backends the stop watcher's thread polls on, as that thread reports them.
 
     Looking the backend up in ``pg_stat_activity`` by its last query is ambiguous: the driver's
-    own admission check runs the same query, so the test could terminate the wrong backend.
+    own admission check runs the same query, so the test could terminate the wrong backend. The
+    poll is watched where every store (the driver's fenced one too) sends it: the SQL module.
     """
     backends: list[int] = []
-    poll = store.cancel_requested
+    poll = exchange_rows.cancel_requested
 
     def reporting_poll(exchange_id: int) -> bool:
         if threading.current_thread().name.startswith("stop-watch:"):
@@ -46,7 +47,7 @@ def _record_watcher_backends(store: Store, monkeypatch: pytest.MonkeyPatch) -> l
                 backends.append(cursor.fetchone()[0])
         return poll(exchange_id)
 
-    monkeypatch.setattr(store, "cancel_requested", reporting_poll)
+    monkeypatch.setattr(exchange_rows, "cancel_requested", reporting_poll)
     return backends
 
 
@@ -56,7 +57,7 @@ def test_the_watcher_outlives_a_terminated_backend_and_still_sees_the_stop(make_
         pytest.skip("terminating one backend of several needs PostgreSQL (SQLite has no server backends)")
     provider = LoopbackProvider([tool_turn(("nap", {"seconds": 60})), text_turn("done")])
     env = make_env(provider, cancel_poll_interval=0.05)
-    backends = _record_watcher_backends(store, monkeypatch)
+    backends = _record_watcher_backends(monkeypatch)
     box: dict[str, Any] = {}
 
     def drive() -> None:
