@@ -15,6 +15,7 @@ from typing import Any
 from loop.cancellation import CancelToken
 from loop.ports import AuditRecord, GateCall, GateVerdict, ToolContext, TurnScope
 from loop.providers.base import Delta, MessageEnd, ProviderRequest, TextDelta
+from loop.tools.hints import RestartHint
 from loop.tools.registry import FunctionTool
 
 
@@ -169,3 +170,15 @@ class Held:
         released = context.cancel.wait(float(arguments.get("hold", 10)))
         self.log.append(f"exit {arguments.get('n', '')}")
         return "released by a stop" if released else "held to the end"
+
+
+class Effects:
+    """A tool whose runs we count (each run is one effect); ``.tool`` registers it."""
+
+    def __init__(self, name: str, hint: str = RestartHint.RERUN) -> None:
+        self.runs = 0
+        self.tool = FunctionTool(name, "An effect.", {"type": "object"}, self, restart_hint=hint)
+
+    def __call__(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        self.runs += 1
+        return f"{self.tool.name} #{self.runs}"

@@ -20,7 +20,7 @@ from loop.driver import run_turns_keyed
 from loop.events import EventKind
 from loop.models import Exchange, ExchangeStatus, Frame, SessionEvent, ToolCall, ToolCallStatus
 from loop.outcomes import AwaitingHuman, Canceled, Completed
-from loop.ports import AgentSpec, ChildSetup, ToolContext
+from loop.ports import AgentSpec, ChildSetup
 from loop.providers.base import Delta, ProviderRequest, ToolResultMessage, fold_deltas
 from loop.providers.loopback import text_turn, tool_turn
 from loop.recovery import recover_exchange, resolve_pending
@@ -28,24 +28,12 @@ from loop.tools.hints import RestartHint
 from loop.tools.registry import FunctionTool, ToolRegistry
 from loop.verify import load_session_rows, verify_rows
 from tests.loop.conftest import ECHO
-from tests.loop.fakes import Held, ScriptedGate
+from tests.loop.fakes import Effects, Held, ScriptedGate
 from tests.loop.test_delegation import Delegate, Script, TreeProvider, agent
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
 
 LEASE = 30.0
-
-
-class Effects:
-    """A tool whose runs we count (each run is one effect)."""
-
-    def __init__(self, name: str, hint: str = RestartHint.RERUN) -> None:
-        self.runs = 0
-        self.tool = FunctionTool(name, "An effect.", {"type": "object"}, self, restart_hint=hint)
-
-    def __call__(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
-        self.runs += 1
-        return f"{self.tool.name} #{self.runs}"
 
 
 class Agents:

@@ -25,23 +25,11 @@ from loop.tools.hints import RestartHint
 from loop.tools.registry import FunctionTool, ToolRegistry
 from loop.verify import load_session_rows, verify_rows
 from tests.loop.conftest import ECHO
-from tests.loop.fakes import Held, ScriptedGate
+from tests.loop.fakes import Effects, Held, ScriptedGate
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
 
 LEASE = 30.0
-
-
-class Effects:
-    """A tool with an effect we can count (how many times it really ran)."""
-
-    def __init__(self, name: str, hint: str = RestartHint.RERUN) -> None:
-        self.runs = 0
-        self.tool = FunctionTool(name, "An effect.", {"type": "object"}, self, restart_hint=hint)
-
-    def __call__(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
-        self.runs += 1
-        return f"effect #{self.runs}"
 
 
 def crashed_mid_round(env, *calls, claim: str = "dead-worker", journal: int = 1):
@@ -88,8 +76,8 @@ def test_a_lapsed_lease_is_recovered_and_a_rerun_call_is_regated_and_run_again(m
     assert [checked.key for checked in gate.checked] == [call.call_key]  # the rules may have changed
     assert effect.runs == 1
     recovered = ToolCall.objects.get(pk=call.pk)
-    assert (recovered.status, recovered.result) == (ToolCallStatus.COMPLETED, "effect #1")
-    assert provider.calls[0].messages[-1].content == "effect #1"
+    assert (recovered.status, recovered.result) == (ToolCallStatus.COMPLETED, "fetch #1")
+    assert provider.calls[0].messages[-1].content == "fetch #1"
     assert verify_rows(load_session_rows(exchange.session_id)) == []
 
 
