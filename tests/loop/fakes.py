@@ -12,9 +12,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.db import connection
+
 from loop.cancellation import CancelToken
 from loop.ports import AuditRecord, GateCall, GateVerdict, ToolContext, TurnScope
 from loop.providers.base import Delta, MessageEnd, ProviderRequest, TextDelta
+from loop.recovery import resolve_pending
 from loop.tools.hints import RestartHint
 from loop.tools.registry import FunctionTool
 
@@ -182,3 +185,19 @@ class Effects:
     def __call__(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
         self.runs += 1
         return f"{self.tool.name} #{self.runs}"
+
+
+def approve_in_thread(env: Any, call: Any) -> tuple[threading.Thread, dict[str, Any]]:
+    """Approve a parked ``call`` on a thread of its own (as a resolver process would), started;
+    its outcome lands in the returned box under ``result``."""
+    box: dict[str, Any] = {}
+
+    def resolve() -> None:
+        try:
+            box["result"] = resolve_pending(env, call, resolution="approve", reason="", claim_token="resolver")
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=resolve)
+    worker.start()
+    return worker, box

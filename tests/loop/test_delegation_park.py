@@ -8,12 +8,10 @@ memory survives), as a resolver or a recovery on another worker would.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from django.db import connection
 
 from loop.bounds import Bounds
 from loop.driver import run_turns_keyed
@@ -28,7 +26,7 @@ from loop.tools.hints import RestartHint
 from loop.tools.registry import FunctionTool, ToolRegistry
 from loop.verify import load_session_rows, verify_rows
 from tests.loop.conftest import ECHO
-from tests.loop.fakes import Effects, Held, ScriptedGate
+from tests.loop.fakes import Effects, Held, ScriptedGate, approve_in_thread
 from tests.loop.test_delegation import Delegate, Script, TreeProvider, agent
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
@@ -332,16 +330,7 @@ def test_a_stop_during_a_resumed_childs_call_cancels_the_tree(make_env, session,
     call = ToolCall.objects.select_related("frame").get(tool="hold")
     env, provider = world(make_env, scripts, agents, hold, gate=gate, cancel_poll_interval=0.05,
                           bounds=Bounds(tool_timeout=60))
-    box: dict[str, Any] = {}
-
-    def resolve() -> None:
-        try:
-            box["result"] = resolve_pending(env, call, resolution="approve", reason="", claim_token="resolver")
-        finally:
-            connection.close()
-
-    worker = threading.Thread(target=resolve)
-    worker.start()
+    worker, box = approve_in_thread(env, call)
     assert held.entered.wait(10)
     store.request_cancel(parked.exchange_id, principal="user:1")
     worker.join(15)

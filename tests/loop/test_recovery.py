@@ -25,7 +25,7 @@ from loop.tools.hints import RestartHint
 from loop.tools.registry import FunctionTool, ToolRegistry
 from loop.verify import load_session_rows, verify_rows
 from tests.loop.conftest import ECHO
-from tests.loop.fakes import Effects, Held, ScriptedGate
+from tests.loop.fakes import Effects, Held, ScriptedGate, approve_in_thread
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
 
@@ -184,16 +184,7 @@ def test_a_stop_reaches_an_approved_call_and_the_receipt_covers_every_event(make
                    cancel_poll_interval=0.05)
     parked = run_turns_keyed(env, request_key="k", content="x")
     call = ToolCall.objects.select_related("frame").get(exchange_id=parked.exchange_id, tool="hold")
-    box: dict[str, Any] = {}
-
-    def resolve() -> None:
-        try:
-            box["result"] = resolve_pending(env, call, resolution="approve", reason="", claim_token="resolver")
-        finally:
-            connection.close()
-
-    worker = threading.Thread(target=resolve)
-    worker.start()
+    worker, box = approve_in_thread(env, call)
     assert held.entered.wait(10)
     assert store.request_cancel(parked.exchange_id, principal="user:1")
     worker.join(15)
