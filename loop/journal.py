@@ -51,6 +51,10 @@ class _Batch:
 _local = threading.local()
 
 
+def _lease_lost(exchange_id: int | None) -> LeaseLost:
+    return LeaseLost(f"exchange {exchange_id}: another driver holds it now; nothing more is written")
+
+
 def _current() -> _Batch | None:
     return getattr(_local, "batch", None)
 
@@ -188,9 +192,31 @@ class Journal:
             return
         with sql.cursor() as cursor:
             if not exchange_rows.holds_claim(cursor, exchange_id, fence[1]):
-                raise LeaseLost(f"exchange {exchange_id}: another driver holds it now; nothing more is written")
+                raise _lease_lost(exchange_id)
         if batch is not None:
             batch.fences_held.add(fence)
+
+    def _lock_session(self, batch: _Batch, session_id: int, exchange_id: int | None) -> int:
+        """Lock the session row and read its ``last_seq`` for the batch; a fenced journal checks
+        its claim in the same statement (one round trip, the same lock order)."""
+        fence = self.fence
+        fenced = fence is not None and exchange_id == fence[0] and fence not in batch.fences_held
+        with sql.cursor() as cursor:
+            if fenced:
+                assert fence is not None and exchange_id is not None
+                locked = events.lock_last_seq_and_claim(cursor, session_id, exchange_id)
+                last, claim = locked if locked is not None else (None, "")
+            else:
+                last = events.lock_last_seq(cursor, session_id)
+        if last is None:
+            raise PersistError(f"session {session_id} does not exist", code="session_missing")
+        if fenced:
+            assert fence is not None
+            if claim != fence[1]:
+                raise _lease_lost(exchange_id)
+            batch.fences_held.add(fence)
+        batch.written_seq[session_id] = last
+        return last
 
     def _append_batched(self, batch: _Batch, session_id: int, kind: str, body: str, key: str,
                         exchange_id: int | None, narrative: str, fresh: bool) -> int:
@@ -206,11 +232,7 @@ class Journal:
             return repeat[0]
         last = batch.last_seq.get(session_id)
         if last is None:
-            with sql.cursor() as cursor:
-                last = events.lock_last_seq(cursor, session_id)
-            if last is None:
-                raise PersistError(f"session {session_id} does not exist", code="session_missing")
-            batch.written_seq[session_id] = last
+            last = self._lock_session(batch, session_id, exchange_id)
         self._check_fence(exchange_id, batch)
         seq = batch.last_seq[session_id] = last + 1
         batch.keys[key] = (seq, kind, body)

@@ -78,6 +78,12 @@ class Exchange(models.Model):
             models.UniqueConstraint(fields=["session", "request_key"], name="loop_exchange_unique_request_key"),
             models.UniqueConstraint(fields=["session", "number"], name="loop_exchange_unique_number"),
         ]
+        indexes = [
+            # A session's active exchange (admission's clash check, recovery): the few open or
+            # parked rows, not the session's whole history (loop.sql.exchanges.admission_clash).
+            models.Index(fields=["session", "number"], name="loop_exchange_active",
+                         condition=models.Q(status__in=["open", "parked"])),
+        ]
 
     def __str__(self) -> str:
         return f"exchange e{self.number} of session {self.session_id}"

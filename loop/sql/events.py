@@ -99,6 +99,24 @@ def lock_last_seq(cursor: CursorWrapper, session_id: int) -> int | None:
     return int(row[0]) if row else None
 
 
+def lock_last_seq_and_claim(cursor: CursorWrapper, session_id: int, exchange_id: int) -> tuple[int, str] | None:
+    """:func:`lock_last_seq` and the exchange's claim token in one round trip (None: no session).
+
+    On PostgreSQL the session row is locked before the exchange row, as every writer orders them
+    (the other order deadlocks), and ``FOR UPDATE`` reads the exchange's newest committed claim
+    even when the statement waited for the session lock. A missing exchange reads as claim ``""``.
+    """
+    if connection.vendor == "postgresql":
+        cursor.execute(
+            "SELECT s.last_seq, (SELECT claim_token FROM loop_exchange WHERE id = %s FOR UPDATE) "
+            "FROM (SELECT last_seq FROM loop_session WHERE id = %s FOR UPDATE) s", [exchange_id, session_id])
+    else:
+        cursor.execute("SELECT last_seq, (SELECT claim_token FROM loop_exchange WHERE id = %s) FROM loop_session "
+                       "WHERE id = %s", [exchange_id, session_id])
+    row = cursor.fetchone()
+    return (int(row[0]), row[1] or "") if row else None
+
+
 def give_back_seq(cursor: CursorWrapper, session_id: int) -> None:
     """Return a seq allocated in this transaction (the session row is still locked by it)."""
     cursor.execute("UPDATE loop_session SET last_seq = last_seq - 1 WHERE id = %s", [session_id])

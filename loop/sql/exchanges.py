@@ -35,8 +35,15 @@ def create_session(*, owner_id: int, agent: str, source: str, title: str, now: d
 
 
 def lock_session(session_id: int) -> Session:
-    """The session row, locked: admissions to one session queue behind each other."""
-    return Session.objects.select_for_update().only("agent", "exchange_count", "last_seq").get(pk=session_id)
+    """The session row, locked: admissions to one session queue behind each other. Only ``agent``,
+    ``last_seq`` and ``exchange_count`` are loaded (hand-written: the admission's hot path)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id, agent, last_seq, exchange_count FROM loop_session WHERE id = %s{for_update()}",
+                       [session_id])
+        row = cursor.fetchone()
+    if row is None:
+        raise Session.DoesNotExist(f"session {session_id} does not exist")
+    return Session.from_db(connection.alias, ["id", "agent", "last_seq", "exchange_count"], row)
 
 
 def scratchpad_set(session_id: int, key: str, value: str, now: datetime) -> None:
@@ -59,11 +66,22 @@ def exchange_by_key(session_id: int, request_key: str) -> Exchange | None:
     return Exchange.objects.filter(session_id=session_id, request_key=request_key).first()
 
 
+# Literal, not bound: SQLite uses the partial index ``loop_exchange_active`` only when the query's
+# condition repeats the index's own.
+_ACTIVE_SQL = "status IN ('open', 'parked')"
+
+
 def admission_clash(session_id: int, request_key: str) -> Exchange | None:
-    """The exchange with this request key, else the session's active one, else None."""
-    return (Exchange.objects.filter(session_id=session_id)
-            .filter(Q(request_key=request_key) | Q(status__in=ACTIVE_STATUSES))
-            .order_by("-number").first())
+    """The exchange with this request key, else the session's active one, else None (the newer
+    of the two when both exist). Two index lookups (the request-key constraint and the partial
+    index of active exchanges), so the cost does not grow with the session's history."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM (SELECT id, number FROM loop_exchange WHERE session_id = %s AND request_key = %s "
+            f"UNION ALL SELECT id, number FROM loop_exchange WHERE session_id = %s AND {_ACTIVE_SQL}) c "
+            "ORDER BY number DESC LIMIT 1", [session_id, request_key, session_id])
+        row = cursor.fetchone()
+    return None if row is None else Exchange.objects.get(pk=row[0])
 
 
 def _insert_parts(obj: Exchange | Frame, *, skip: str = "") -> tuple[list[str], list[Any]]:

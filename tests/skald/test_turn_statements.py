@@ -20,10 +20,9 @@ from audit.services import chain_verify
 from bench.kernel import bench_provider, build_env, create_session, run_turn
 from loop.models import SessionEvent
 
-# Per database: every statement the exchange sends, BEGIN and COMMIT included (was 48 and 45). Three
-# of them are lease fencing (issue 10): each fenced transaction checks, row-locked, that the driver
-# still holds the claim before its first row.
-STATEMENTS = {"sqlite": 44, "postgresql": 30}
+# Per database: every statement the exchange sends, BEGIN and COMMIT included (was 48 and 45, then
+# 44 and 30). Lease fencing (issue 10) checks the claim in the statement that locks the session row.
+STATEMENTS = {"sqlite": 41, "postgresql": 27}
 COMMITS = 4  # admission + claim, message end + intent, the result, the last turn + settlement
 
 
