@@ -7,7 +7,8 @@ database (the store *is* the ORM), but audit rows, wake-ups and time stay in the
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -185,6 +186,57 @@ class Effects:
     def __call__(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
         self.runs += 1
         return f"{self.tool.name} #{self.runs}"
+
+
+def wait_until(probe: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
+    """Poll ``probe`` until it is truthy (its value is returned); fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting until {what}")
+
+
+class WatchSource:
+    """A stop watcher's store in memory (:class:`loop.watch.DriveSource`): ``stop(id)`` requests a
+    stop, ``fail[id]`` is raised by that exchange's polls, ``lost`` exchanges fail their renewal.
+    It counts polls, renewals and ``release_thread`` calls, and notes the threads that polled."""
+
+    def __init__(self, lease_seconds: float = 30.0) -> None:
+        self.lease_seconds = lease_seconds
+        self._lock = threading.Lock()
+        self.stopped: set[int] = set()
+        self.fail: dict[int, Exception] = {}
+        self.lost: set[int] = set()
+        self.polls: dict[int, int] = {}
+        self.renewals: dict[int, int] = {}
+        self.releases = 0
+        self.threads: set[str] = set()
+
+    def stop(self, exchange_id: int) -> None:
+        with self._lock:
+            self.stopped.add(exchange_id)
+
+    def cancel_requested(self, exchange_id: int) -> bool:
+        with self._lock:
+            self.polls[exchange_id] = self.polls.get(exchange_id, 0) + 1
+            self.threads.add(threading.current_thread().name)
+            error = self.fail.get(exchange_id)
+            stopped = exchange_id in self.stopped
+        if error is not None:
+            raise error
+        return stopped
+
+    def renew(self, exchange_id: int, token: str) -> bool:
+        with self._lock:
+            self.renewals[exchange_id] = self.renewals.get(exchange_id, 0) + 1
+            return exchange_id not in self.lost
+
+    def release_thread(self) -> None:
+        with self._lock:
+            self.releases += 1
 
 
 def approve_in_thread(env: Any, call: Any) -> tuple[threading.Thread, dict[str, Any]]:

@@ -4,7 +4,6 @@ it for real, and a stop requested afterwards still ends the turn."""
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -16,18 +15,9 @@ from loop.outcomes import Canceled
 from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
 from loop.sql import exchanges as exchange_rows
 from loop.watch import StopWatcher
+from tests.loop.fakes import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
-
-
-def wait_until(probe: Any, what: str, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting until {what}")
 
 
 def _record_watcher_backends(monkeypatch: pytest.MonkeyPatch) -> list[int]:
