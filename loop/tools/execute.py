@@ -1,4 +1,4 @@
-"""Run one tool under the loop's execution environment: a thread, a timeout, an output cap.
+"""Run one tool under the loop's execution environment: a (pooled) thread, a timeout, an output cap.
 
 A tool error, a timeout or a crash becomes a model-visible error result. The one exception is an
 infrastructure failure (:mod:`loop.tools.infra`: the database or the broker, not the tool): it
@@ -8,7 +8,6 @@ raises :class:`~loop.errors.InfrastructureError` into the driver, which breaks t
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +20,7 @@ from loop.masking import CredentialTripwire
 from loop.models import ToolCallStatus
 from loop.ports import DelegateReturn, Tool, ToolContext
 from loop.sql import release_thread
+from loop.tools import threads
 from loop.tools.infra import is_infrastructure_error
 from loop.tripwires import Detector
 from loop.tripwires.guard import find_tripwires, withheld_notice
@@ -60,12 +60,10 @@ def execute_tool(
         finally:
             release_thread()
 
-    worker = threading.Thread(target=target, name=f"tool:{tool.name}", daemon=True)
-    worker.start()
-    worker.join(context.timeout)
-    if worker.is_alive():
+    done = threads.start(f"tool:{tool.name}", target)
+    if not done.wait(context.timeout):
         call_token.cancel("tool timeout")
-        worker.join(1.0)
+        done.wait(1.0)
         timed_out = f"tool error: {tool.name} timed out after {context.timeout or 0:g} s"
         return ToolOutcome(ToolCallStatus.FAILED, timed_out, True)
     value = box.get("value")
