@@ -156,8 +156,29 @@ def canonical_json(value: Any) -> str:
         TypeError: a value or object key that is not JSON (datetime, Decimal, set, int key …).
         ValueError: NaN or ±Infinity, or a string that is not valid Unicode.
     """
+    # Fast path (every audited write): one walk of the types, one dumps, one encode. Any doubt
+    # reruns the walk that names the offending path, which raises.
+    if _plain(value):
+        try:
+            text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+            text.encode("utf-8")
+        except (TypeError, ValueError, UnicodeEncodeError):
+            pass
+        else:
+            return text
     _check_json(value, "$")
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _plain(value: Any) -> bool:
+    """Only JSON types and string keys (what ``json.dumps`` would otherwise coerce silently)."""
+    if value is None or isinstance(value, bool | str | int | float):
+        return True
+    if isinstance(value, dict):
+        return all(isinstance(key, str) and _plain(item) for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return all(_plain(item) for item in value)
+    return False
 
 
 def format_time(moment: datetime) -> str:

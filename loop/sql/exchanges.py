@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 from django.db import connection
 from django.db.backends.utils import CursorWrapper
-from django.db.models import Q
+from django.db.models import Field, Q
 
 from loop.models import (
     Exchange,
@@ -84,11 +85,16 @@ def admission_clash(session_id: int, request_key: str) -> Exchange | None:
     return None if row is None else Exchange.objects.get(pk=row[0])
 
 
-def _insert_parts(obj: Exchange | Frame, *, skip: str = "") -> tuple[list[str], list[Any]]:
-    """An unsaved row's columns and values as the ORM would insert them (defaults, JSON, times)."""
-    fields = [f for f in obj._meta.concrete_fields if not f.primary_key and f.column != skip]
-    return ([connection.ops.quote_name(str(f.column)) for f in fields],
-            [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields])
+@functools.cache
+def _insert_columns(model: type[Exchange | Frame], skip: str, vendor: str) -> tuple[tuple[Field[Any, Any], ...], str]:
+    fields = tuple(f for f in model._meta.concrete_fields if not f.primary_key and f.column != skip)
+    return fields, ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
+
+
+def _insert_parts(obj: Exchange | Frame, *, skip: str = "") -> tuple[str, list[Any]]:
+    """An unsaved row's column list and values as the ORM would insert them (defaults, JSON, times)."""
+    fields, columns = _insert_columns(type(obj), skip, connection.vendor)
+    return columns, [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
 
 
 def create_exchange(
@@ -107,17 +113,17 @@ def create_exchange(
     columns, values = _insert_parts(exchange)
     frame_columns, frame_values = _insert_parts(frame, skip="exchange_id")
     marks, frame_marks = ", ".join(["%s"] * len(values)), ", ".join(["%s"] * len(frame_values))
-    insert_exchange = f"INSERT INTO loop_exchange ({', '.join(columns)}) VALUES ({marks}) RETURNING id"
+    insert_exchange = f"INSERT INTO loop_exchange ({columns}) VALUES ({marks}) RETURNING id"
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(
-                f"WITH x AS ({insert_exchange}) INSERT INTO loop_frame ({', '.join(frame_columns)}, exchange_id) "
+                f"WITH x AS ({insert_exchange}) INSERT INTO loop_frame ({frame_columns}, exchange_id) "
                 f"SELECT {frame_marks}, x.id FROM x RETURNING exchange_id, id", [*values, *frame_values])
             exchange.pk, frame.pk = cursor.fetchone()
         else:
             cursor.execute(insert_exchange, values)
             exchange.pk = cursor.fetchone()[0]
-            cursor.execute(f"INSERT INTO loop_frame ({', '.join(frame_columns)}, exchange_id) VALUES ({frame_marks}, "
+            cursor.execute(f"INSERT INTO loop_frame ({frame_columns}, exchange_id) VALUES ({frame_marks}, "
                            "%s) RETURNING id", [*frame_values, exchange.pk])
             frame.pk = cursor.fetchone()[0]
     for saved in (exchange, frame):

@@ -48,6 +48,7 @@ class LocalFanoutChannelLayer(InMemoryChannelLayer):
         self._inbox_pid = 0
         self._serving: asyncio.AbstractEventLoop | None = None  # the loop the consumers' queues live on
         self._outbox: tuple[int, socket.socket] | None = None
+        self._directories: dict[str, Path] = {}
 
     @property
     def directory(self) -> Path:
@@ -55,9 +56,14 @@ class LocalFanoutChannelLayer(InMemoryChannelLayer):
         workers) share a layer, and a test process with its own test database talks to nobody."""
         from django.db import connection
 
-        # Under the temp dir, not ``base``: a Unix socket path must stay under 108 bytes.
-        key = f"{self.base}\0{connection.settings_dict.get('NAME') or ''}"
-        return Path(tempfile.gettempdir()) / f"skald-channels-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+        name = str(connection.settings_dict.get("NAME") or "")
+        directory = self._directories.get(name)  # on every send: hash each database's name once
+        if directory is None:
+            # Under the temp dir, not ``base``: a Unix socket path must stay under 108 bytes.
+            key = f"{self.base}\0{name}"
+            directory = Path(tempfile.gettempdir()) / f"skald-channels-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+            self._directories[name] = directory
+        return directory
 
     # -- receiving: bound lazily, by the process that serves consumers (daphne)
 
