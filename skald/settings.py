@@ -107,6 +107,11 @@ SKALD_DB_POOL_MAX = envint(
     10 if SKALD_ROLE == "web" else 6, minimum=1,
 )
 SKALD_DB_POOL_TIMEOUT = envint("SKALD_DB_POOL_TIMEOUT", 5, minimum=1)
+# Server-side parameter binding with prepared statements (psycopg): a turn's statements repeat, so
+# PostgreSQL parses and plans each once per connection instead of once per call (about a fifth of
+# a PostgreSQL turn, bench/README.md). Off by default without the pool: a transaction-mode
+# pgbouncer cannot keep a connection's prepared statements.
+SKALD_DB_PREPARE = envbool("SKALD_DB_PREPARE", SKALD_DB_POOL)
 # Backpressure (skald.backpressure, skald.core.saturation): at most SKALD_HTTP_MAX_INFLIGHT HTTP
 # requests run at once per web process (each holds at most one pooled connection); the others
 # wait up to SKALD_HTTP_WAIT_SECONDS, then answer 503 server_busy with Retry-After. 0 = no gate.
@@ -126,6 +131,9 @@ if DATABASE_URL:
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         _options = DATABASES["default"].setdefault("OPTIONS", {})
         _options["application_name"] = f"skald-{SKALD_ROLE}"
+        if SKALD_DB_PREPARE:
+            _options["server_side_binding"] = True
+            _options["prepare_threshold"] = 2  # a statement's second run prepares it
         if SKALD_DB_POOL:
             _options["pool"] = {
                 "min_size": min(SKALD_DB_POOL_MIN, SKALD_DB_POOL_MAX),
