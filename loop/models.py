@@ -77,12 +77,10 @@ class Exchange(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["session", "request_key"], name="loop_exchange_unique_request_key"),
             models.UniqueConstraint(fields=["session", "number"], name="loop_exchange_unique_number"),
-        ]
-        indexes = [
-            # A session's active exchange (admission's clash check, recovery): the few open or
-            # parked rows, not the session's whole history (loop.sql.exchanges.admission_clash).
-            models.Index(fields=["session", "number"], name="loop_exchange_active",
-                         condition=models.Q(status__in=["open", "parked"])),
+            # At most one active exchange per session (SPEC L4): admission inserts without
+            # looking first, and a second active one fails here (loop.store_exchanges.admit).
+            models.UniqueConstraint(fields=["session"], name="loop_exchange_one_active",
+                                    condition=models.Q(status__in=["open", "parked"])),
         ]
 
     def __str__(self) -> str:

@@ -67,37 +67,47 @@ class ExchangeLog:
         writes nothing; another active exchange on the session refuses (:class:`SessionBusy`,
         :class:`SessionAwaitingHuman`). With ``claim_token`` the new exchange is claimed in the same
         transaction (an in-process driver)."""
-        try:
-            with self.journal.batch():
-                session = rows.lock_session(session_id)
-                self.journal.seed_seq(session_id, session.last_seq)
+        for attempt in range(3):
+            try:
+                exchange = self._insert(session_id=session_id, request_key=request_key, content=content,
+                                        principal=principal, config=config, author=author, claim_token=claim_token)
+            except IntegrityError:
+                # An exchange with this key exists (an exact retry, perhaps a concurrent one that won
+                # the race) or another exchange of the session is active; nothing was written.
                 clash = rows.admission_clash(session_id, request_key)
-                if clash is not None and clash.request_key == request_key:
+                if clash is None and attempt < 2:
+                    continue  # the clash ended in between (the active exchange settled): admit again
+                if clash is None:
+                    raise
+                if clash.request_key == request_key:
                     return Admission(clash, replayed=True)
-                if clash is not None:
-                    refusal = SessionAwaitingHuman if clash.status == ExchangeStatus.PARKED else SessionBusy
-                    raise refusal(f"exchange e{clash.number} of this session is still {clash.status}")
-                now = self.journal.now()
-                exchange = rows.create_exchange(session, request_key=request_key, content=content, config=config,
-                                                claim_token=claim_token, now=now, lease_until=now + self.lease)
-                self.journal.set_session_counter(session_id, "exchange_count", exchange.number)
-                payload = {"content": content, "author": author}
-                seq = self.journal.append(session_id, EventKind.USER, payload,
-                                          f"s{session_id}:e{exchange.number}:user", exchange_id=exchange.pk,
-                                          fresh=True)  # the exchange number is new
-                self.journal.audit(
-                    "loop.exchange.admitted", principal=principal, subject_type="exchange", subject_id=exchange.pk,
-                    payload={"session": session_id, "number": exchange.number, "request_key": request_key,
-                             "seq": seq, "digest": events_digest([(seq, EventKind.USER, payload)])},
-                )
-                self.journal.wake(session_id, seq)
-        except IntegrityError:
-            # A concurrent admission with the same key won the race: this is an exact retry.
-            existing = rows.exchange_by_key(session_id, request_key)
-            if existing is None:
-                raise
-            return Admission(existing, replayed=True)
-        return Admission(exchange, replayed=False)
+                refusal = SessionAwaitingHuman if clash.status == ExchangeStatus.PARKED else SessionBusy
+                raise refusal(f"exchange e{clash.number} of this session is still {clash.status}") from None
+            return Admission(exchange, replayed=False)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _insert(self, *, session_id: int, request_key: str, content: str, principal: str, config: Mapping[str, Any],
+                author: str, claim_token: str) -> Exchange:
+        """The new exchange, its user row and audit row in one transaction. Nothing is looked up
+        first: the constraints refuse a repeated request key and a second active exchange of the
+        session (``IntegrityError``), so a fresh admission costs no query for them."""
+        with self.journal.batch():
+            session = rows.lock_session(session_id)
+            self.journal.seed_seq(session_id, session.last_seq)
+            now = self.journal.now()
+            exchange = rows.create_exchange(session, request_key=request_key, content=content, config=config,
+                                            claim_token=claim_token, now=now, lease_until=now + self.lease)
+            self.journal.set_session_counter(session_id, "exchange_count", exchange.number)
+            payload = {"content": content, "author": author}
+            seq = self.journal.append(session_id, EventKind.USER, payload, f"s{session_id}:e{exchange.number}:user",
+                                      exchange_id=exchange.pk, fresh=True)  # the exchange number is new
+            self.journal.audit(
+                "loop.exchange.admitted", principal=principal, subject_type="exchange", subject_id=exchange.pk,
+                payload={"session": session_id, "number": exchange.number, "request_key": request_key,
+                         "seq": seq, "digest": events_digest([(seq, EventKind.USER, payload)])},
+            )
+            self.journal.wake(session_id, seq)
+        return exchange
 
     def find(self, session_id: int, request_key: str) -> Exchange | None:
         return rows.exchange_by_key(session_id, request_key)

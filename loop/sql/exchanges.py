@@ -67,22 +67,12 @@ def exchange_by_key(session_id: int, request_key: str) -> Exchange | None:
     return Exchange.objects.filter(session_id=session_id, request_key=request_key).first()
 
 
-# Literal, not bound: SQLite uses the partial index ``loop_exchange_active`` only when the query's
-# condition repeats the index's own.
-_ACTIVE_SQL = "status IN ('open', 'parked')"
-
-
 def admission_clash(session_id: int, request_key: str) -> Exchange | None:
     """The exchange with this request key, else the session's active one, else None (the newer
-    of the two when both exist). Two index lookups (the request-key constraint and the partial
-    index of active exchanges), so the cost does not grow with the session's history."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT id FROM (SELECT id, number FROM loop_exchange WHERE session_id = %s AND request_key = %s "
-            f"UNION ALL SELECT id, number FROM loop_exchange WHERE session_id = %s AND {_ACTIVE_SQL}) c "
-            "ORDER BY number DESC LIMIT 1", [session_id, request_key, session_id])
-        row = cursor.fetchone()
-    return None if row is None else Exchange.objects.get(pk=row[0])
+    of the two when both exist): why an admission's insert was refused."""
+    return (Exchange.objects.filter(session_id=session_id)
+            .filter(Q(request_key=request_key) | Q(status__in=ACTIVE_STATUSES))
+            .order_by("-number").first())
 
 
 @functools.cache

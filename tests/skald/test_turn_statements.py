@@ -21,8 +21,9 @@ from bench.kernel import bench_provider, build_env, create_session, run_turn
 from loop.models import SessionEvent
 
 # Per database: every statement the exchange sends, BEGIN and COMMIT included (was 48 and 45, then
-# 44 and 30). Lease fencing (issue 10) checks the claim in the statement that locks the session row.
-STATEMENTS = {"sqlite": 41, "postgresql": 27}
+# 44 and 30). Lease fencing (issue 10) checks the claim in the statement that locks the session row;
+# admission inserts without looking for a clash first (the constraints refuse one).
+STATEMENTS = {"sqlite": 40, "postgresql": 26}
 COMMITS = 4  # admission + claim, message end + intent, the result, the last turn + settlement
 
 
