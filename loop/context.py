@@ -12,6 +12,7 @@ import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from loop.compaction.policy import WindowItem
 from loop.compaction.tokens import message_tokens
@@ -74,6 +75,7 @@ class _Window:
     entries: deque[_Entry] = field(default_factory=deque)
     folder: Folder | None = None
     last_seq: int = 0
+    session_stamp: Any = None  # the session row's created_at: the same id may name another session later
     size: int = 0
     tokens: int = 0
 
@@ -156,16 +158,21 @@ class ContextBuilder:
                 self._windows.popitem(last=False)
         try:
             if window.folder is None:
-                new_rows, capped = store.replay_window(session_id, narrative=narrative, cap=cap)
+                replay = store.replay_window(session_id, narrative=narrative, cap=cap)
             else:
-                new_rows, capped = store.replay(session_id, narrative=narrative, cap=cap, after_seq=window.last_seq)
-                if capped or any(row.kind == EventKind.COMPACTION for row in new_rows):
-                    # More new rows than the cap, or a new boundary: start over from the store.
-                    new_rows, capped = store.replay_window(session_id, narrative=narrative, cap=cap)
+                replay = store.replay(session_id, narrative=narrative, cap=cap, after_seq=window.last_seq)
+                if (replay.capped or replay.session_stamp != window.session_stamp
+                        or any(row.kind == EventKind.COMPACTION for row in replay.rows)):
+                    # More new rows than the cap, a new boundary, or another session under this id
+                    # (deleted, its id handed out again): start over from the store.
+                    replay = store.replay_window(session_id, narrative=narrative, cap=cap)
                     window.folder = None
+            new_rows = replay.rows
             if window.folder is None:  # a first look
                 window.reset()
-                new_rows = arrange_window(new_rows, capped=capped)
+                window.last_seq = 0
+                window.session_stamp = replay.session_stamp
+                new_rows = arrange_window(new_rows, capped=replay.capped)
             window.feed(new_rows)
             window.trim(cap)
             assert window.folder is not None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -59,6 +59,16 @@ class EventRow:
     payload: Mapping[str, Any]
     exchange: int | None = None
     narrative: str = ""
+
+
+class Replay(NamedTuple):
+    """Rows read for a context window (oldest first), whether older rows were cut off, and the
+    session row's creation time: a window cached under a session id that was deleted and handed
+    out again must not be continued for the new session."""
+
+    rows: list[EventRow]
+    capped: bool
+    session_stamp: Any
 
 
 def call_key(exchange: int, turn: int, index: int) -> str:

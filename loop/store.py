@@ -25,7 +25,7 @@ from loop.journal import Journal
 from loop.models import Session, SessionEvent
 from loop.outcomes import build_receipt
 from loop.ports import AuditSink, Clock, EventBus
-from loop.projection import EventRow
+from loop.projection import EventRow, Replay
 from loop.sql import events as event_rows
 from loop.sql import exchanges as rows
 from loop.store_calls import CallLog, ParsedCall, parse_arguments, parsed_from_row
@@ -149,19 +149,16 @@ class Store:
             self.journal.wake(session_id, seq)
         return event_rows.event_at(session_id, seq)
 
-    def replay(
-        self, session_id: int, *, narrative: str = "", cap: int, after_seq: int = 0
-    ) -> tuple[list[EventRow], bool]:
-        """The last ``cap`` conversation rows of a narrative (after ``after_seq``), oldest first, and
-        whether older rows were cut off."""
+    def replay(self, session_id: int, *, narrative: str = "", cap: int, after_seq: int = 0) -> Replay:
+        """The last ``cap`` conversation rows of a narrative (after ``after_seq``), oldest first,
+        whether older rows were cut off, and the session's stamp."""
         with sql.cursor() as cursor:
-            fetched = event_rows.conversation_rows(cursor, session_id=session_id, narrative=narrative,
-                                                   kinds=CONVERSATION_KINDS, after_seq=after_seq, limit=cap + 1)
-        capped = len(fetched) > cap
+            fetched, stamp = event_rows.conversation_rows(cursor, session_id=session_id, narrative=narrative,
+                                                          kinds=CONVERSATION_KINDS, after_seq=after_seq, limit=cap + 1)
         window = [EventRow(seq=seq, kind=kind, payload=payload, narrative=narrative)
                   for seq, kind, payload in fetched[:cap]]
         window.reverse()
-        return window, capped
+        return Replay(window, len(fetched) > cap, stamp)
 
     # --- scratchpad -------------------------------------------------------------------------------
 

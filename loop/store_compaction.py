@@ -19,7 +19,7 @@ from loop.digest import events_digest
 from loop.events import CONVERSATION_KINDS, EventKind
 from loop.journal import Journal
 from loop.models import Exchange
-from loop.projection import EventRow, tail_first_seq
+from loop.projection import EventRow, Replay, tail_first_seq
 from loop.sql import events as event_rows
 from loop.sql import exchanges as exchange_rows
 
@@ -51,7 +51,7 @@ class CompactionLog:
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
 
-    def replay_window(self, session_id: int, *, narrative: str = "", cap: int) -> tuple[list[EventRow], bool]:
+    def replay_window(self, session_id: int, *, narrative: str = "", cap: int) -> Replay:
         """The rows a fresh context window is built from: everything from the verbatim tail of the
         narrative's latest compaction on (the last ``cap`` of them, oldest first), and whether older
         rows were cut off. Without a compaction, the last ``cap`` rows."""
@@ -61,12 +61,12 @@ class CompactionLog:
             if latest is not None:
                 boundary = EventRow(seq=latest[0], kind=EventKind.COMPACTION, payload=latest[1], narrative=narrative)
                 after = tail_first_seq(boundary) - 1
-            fetched = event_rows.conversation_rows(cursor, session_id=session_id, narrative=narrative,
-                                                   kinds=CONVERSATION_KINDS, after_seq=after, limit=cap + 1)
+            fetched, stamp = event_rows.conversation_rows(cursor, session_id=session_id, narrative=narrative,
+                                                          kinds=CONVERSATION_KINDS, after_seq=after, limit=cap + 1)
         window = [EventRow(seq=seq, kind=kind, payload=payload, narrative=narrative)
                   for seq, kind, payload in fetched[:cap]]
         window.reverse()
-        return window, len(fetched) > cap
+        return Replay(window, len(fetched) > cap, stamp)
 
     def episode(self, exchange_id: int, *, narrative: str = "") -> Episode:
         with sql.cursor() as cursor:

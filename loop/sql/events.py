@@ -124,16 +124,25 @@ def give_back_seq(cursor: CursorWrapper, session_id: int) -> None:
 
 def conversation_rows(
     cursor: CursorWrapper, *, session_id: int, narrative: str, kinds: Iterable[str], after_seq: int, limit: int
-) -> list[tuple[int, str, Any]]:
-    """The newest ``limit`` conversation rows after ``after_seq``, newest first."""
+) -> tuple[list[tuple[int, str, Any]], Any]:
+    """The newest ``limit`` conversation rows after ``after_seq``, newest first, and the session
+    row's ``created_at`` (None: no such session), in one statement."""
     kinds = list(kinds)
     marks = ", ".join(["%s"] * len(kinds))
     cursor.execute(
-        f"SELECT seq, kind, payload FROM loop_sessionevent WHERE session_id = %s AND narrative = %s AND seq > %s "
-        f"AND kind IN ({marks}) ORDER BY seq DESC LIMIT %s",
-        [session_id, narrative, after_seq, *kinds, limit],
+        "SELECT seq, kind, payload, NULL FROM (SELECT seq, kind, payload FROM loop_sessionevent WHERE session_id = %s "
+        f"AND narrative = %s AND seq > %s AND kind IN ({marks}) ORDER BY seq DESC LIMIT %s) newest "
+        "UNION ALL SELECT NULL, NULL, NULL, created_at FROM loop_session WHERE id = %s",
+        [session_id, narrative, after_seq, *kinds, limit, session_id],
     )
-    return [(int(seq), kind, load_json(payload)) for seq, kind, payload in cursor.fetchall()]
+    rows, stamp = [], None
+    for seq, kind, payload, created_at in cursor.fetchall():
+        if seq is None:
+            stamp = created_at
+        else:
+            rows.append((int(seq), kind, load_json(payload)))
+    rows.sort(key=lambda row: row[0], reverse=True)  # a UNION promises no order
+    return rows, stamp
 
 
 def latest_compaction(cursor: CursorWrapper, *, session_id: int, narrative: str) -> tuple[int, Any] | None:
