@@ -11,7 +11,10 @@
   }).then(async (r) => ({status: r.status, ok: r.ok, body: await r.json().catch(() => ({}))}));
   const $ = (id) => document.getElementById(id);
   const canResolve = document.body.dataset.canResolve === "1";
-  let session = null, socket = null, lastSeq = 0;
+  // endedSeq: the seq of the last exchange_settled shown. A request's answer (202 to a message, 200 to
+  // a stop) can arrive after the exchange it started or stopped has already ended on the socket; the
+  // status line then keeps "Exchange ended", never goes back to "working" or "Stop requested".
+  let session = null, socket = null, lastSeq = 0, endedSeq = 0, userSeq = 0;
   const cards = new Map();  // request_id → card element
   const strip = window.SkaldTaskStrip.create($("tasks"), {source: "web", api, onOpen: (id) => open(id)});
 
@@ -104,8 +107,15 @@
     return box;
   }
 
+  // A request's answer, unless the socket already showed the exchange end it led to (a row after
+  // ``mark``, the last seq seen when the request was sent).
+  function pending(text, mark) {
+    if (endedSeq <= mark) $("status").textContent = text;
+  }
+
   function show(event) {
     if (event.seq) lastSeq = Math.max(lastSeq, event.seq);
+    if (event.kind === "user") userSeq = Math.max(userSeq, event.seq || 0);
     const p = event.payload || {};
     if (event.type === "task.update") { strip.update(p); return; }  // the task strip, not the log
     if (event.type === "turn.delta") { $("live").textContent += event.text || ""; return; }
@@ -115,7 +125,7 @@
       load();  // the session's "approval waiting" badge
       return;
     }
-    if (event.type === "stop.accepted") { $("status").textContent = "Stop requested."; return; }
+    if (event.type === "stop.accepted") { pending("Stop requested.", userSeq); return; }  // unless it ended already
     if (event.type === "error") {
       const card = event.request_id && cards.get(event.request_id);
       if (card) {
@@ -143,7 +153,11 @@
     } else if (event.kind === "tool_result") li.appendChild(el("span", "tool", `[${p.status}] ${p.name}: ${p.content}`));
     else if (event.kind === "control:approval_requested") li.appendChild(approvalCard(event));
     else if (event.kind === "control:approval_resolved") li.appendChild(el("span", "tool", `${p.status} by ${p.by || "?"}${p.reason ? ` — “${p.reason}”` : ""}`));
-    else if (event.kind === "control:exchange_settled") { li.appendChild(el("span", "tool", `exchange ended: ${p.outcome}`)); $("status").textContent = `Exchange ended: ${p.outcome}`; }
+    else if (event.kind === "control:exchange_settled") {
+      li.appendChild(el("span", "tool", `exchange ended: ${p.outcome}`));
+      $("status").textContent = `Exchange ended: ${p.outcome}`;
+      endedSeq = Math.max(endedSeq, event.seq || 0);
+    }
     else if (event.kind === "subagent_result") li.appendChild(el("span", "tool", `[${p.outcome}] ${p.agent}: ${p.content}`));
     else if (event.type === "compaction" || event.type === "compaction.probe" || event.type === "compaction.quota") {
       li.classList.add("compaction"); li.appendChild(compactionMarker(event));
@@ -166,7 +180,7 @@
   }
 
   function open(id) {
-    session = id; lastSeq = 0; cards.clear(); $("events").innerHTML = ""; $("live").textContent = "";
+    session = id; lastSeq = 0; endedSeq = 0; userSeq = 0; cards.clear(); $("events").innerHTML = ""; $("live").textContent = "";
     $("status").textContent = `Session #${id}`;
     strip.load();
     document.querySelectorAll("#sessions li").forEach((li) => li.classList.toggle("current", li.dataset.id == id));
@@ -201,14 +215,16 @@
   };
   $("composer").onsubmit = async (e) => {
     e.preventDefault(); if (!session) return;
+    const mark = lastSeq;
     const r = await api(`/api/sessions/${session}/messages/`, {method: "POST", body: JSON.stringify({content: $("message").value})});
-    $("status").textContent = r.status === 202 ? "Sent; the agent is working." : problem(r.body, r.status);
+    if (r.status === 202) pending("Sent; the agent is working.", mark); else $("status").textContent = problem(r.body, r.status);
     if (r.status === 202) $("message").value = "";
   };
   $("stop").onclick = async () => {
     if (!session) return;
+    const mark = lastSeq;
     const r = await api(`/api/sessions/${session}/stop/`, {method: "POST"});
-    $("status").textContent = r.ok ? "Stop requested." : problem(r.body, r.status);
+    if (r.ok) pending("Stop requested.", mark); else $("status").textContent = problem(r.body, r.status);
   };
   load();
   setInterval(load, 5000);  // new sessions and waiting badges

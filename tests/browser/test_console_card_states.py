@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.wait import WebDriverWait
 
 from tests.browser.conftest import Admin
 from tests.e2e.stack import Stack, launch
@@ -19,6 +20,33 @@ from tests.e2e.stack import Stack, launch
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
 WORKER_WAIT = 90.0  # a hang guard for steps a qcluster worker drives, not a time assertion
+
+# Wraps the page's fetch: the answer to POST …/stop/ is handed to the console only once the status
+# line shows the exchange's end (which comes over the websocket); window.stopAnswered says the
+# console has handled it.
+HOLD_STOP_ANSWER = """
+const plain = window.fetch;
+window.fetch = async (...args) => {
+  const answer = await plain(...args);
+  if (!String(args[0]).endsWith("/stop/")) return answer;
+  await new Promise((done) => {
+    const tick = setInterval(() => {
+      if (document.getElementById("status").textContent.startsWith("Exchange ended")) {
+        clearInterval(tick); done();
+      }
+    }, 20);
+  });
+  // The console reads the body, then sets its status in the same chain of microtasks: a timer
+  // started once the body is read fires after that.
+  const read = answer.json.bind(answer);
+  answer.json = async () => {
+    const body = await read();
+    setTimeout(() => { window.stopAnswered = true; }, 0);
+    return body;
+  };
+  return answer;
+};
+"""
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +78,10 @@ def test_a_refused_answer_shows_on_the_card_and_a_stop_cancels_it(admin: Admin, 
     admin.driver.execute_script("arguments[0].scrollIntoView()", card)
     admin.screenshot("console-card-refused")
 
+    # The stop settles the parked exchange inside the request, so its end can reach the socket
+    # before the stop's own answer reaches the page. Hold that answer until the end is shown, so
+    # the order is the racy one every time: the answer must not turn the status back.
+    admin.driver.execute_script(HOLD_STOP_ANSWER)
     admin.click("#stop")
     admin.wait_text("#events .card .state", "Cancelled", what="the card to turn cancelled", timeout=WORKER_WAIT)
     card = admin.find("#events .card")
@@ -57,5 +89,8 @@ def test_a_refused_answer_shows_on_the_card_and_a_stop_cancels_it(admin: Admin, 
     assert not card.find_elements(By.CSS_SELECTOR, "button")  # nothing left to answer
     assert not card.find_element(By.CSS_SELECTOR, ".error").text  # the earlier refusal no longer applies
     admin.wait_text("#status", "canceled", what="the exchange to end cancelled", timeout=WORKER_WAIT)
+    WebDriverWait(admin.driver, WORKER_WAIT).until(lambda d: d.execute_script("return window.stopAnswered"),
+                                                   "the stop's answer to reach the page")
+    assert admin.text("#status") == "Exchange ended: canceled"  # not "Stop requested." again
     admin.driver.execute_script("arguments[0].scrollIntoView()", card)
     admin.screenshot("console-card-cancelled")
