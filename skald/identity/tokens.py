@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
+from django.db.models import OuterRef, Subquery
+from django.db.models.functions import Coalesce
 from drf_spectacular.contrib.rest_framework_simplejwt import SimpleJWTScheme
 from rest_framework_simplejwt.authentication import JWTAuthentication
 from rest_framework_simplejwt.exceptions import AuthenticationFailed
@@ -38,12 +40,27 @@ class VersionedTokenObtainSerializer(TokenObtainPairSerializer):
     token_class = VersionedRefreshToken
 
 
+class _UsersWithTokenVersion:
+    """What simplejwt's ``get_user`` reads as ``self.user_model``: the user model whose ``objects``
+    also carry the user's token version, so a request authenticates in one query, not two."""
+
+    def __init__(self, model: Any) -> None:
+        self.DoesNotExist = model.DoesNotExist
+        version = TokenRevocation.objects.filter(user_id=OuterRef("pk")).values("version")[:1]
+        self.objects = model.objects.annotate(skald_token_version=Coalesce(Subquery(version), 0))
+
+
 class RevocableJWTAuthentication(JWTAuthentication):
     """simplejwt's bearer authentication, refusing a token issued before the user's last revocation."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.user_model = cast(Any, _UsersWithTokenVersion(self.user_model))
+
     def get_user(self, validated_token: Token) -> Any:
-        user = super().get_user(validated_token)
-        if not token_is_current(validated_token, user.pk):
+        user = super().get_user(validated_token)  # simplejwt's checks, through the annotated query
+        current: int = user.skald_token_version  # type: ignore[attr-defined]  # the annotation above
+        if int(validated_token.get(VERSION_CLAIM, 0) or 0) < current:
             raise AuthenticationFailed("Token has been revoked.", code="token_not_valid")
         return user
 

@@ -65,6 +65,20 @@ def test_a_revoked_users_refresh_and_access_tokens_stop_at_once(revoke: Callable
 
 
 @pytest.mark.django_db
+def test_a_bearer_token_is_checked_against_the_users_token_version_in_the_one_user_query(
+        django_assert_num_queries: Any) -> None:
+    from rest_framework.test import APIRequestFactory
+
+    from skald.identity.tokens import RevocableJWTAuthentication
+
+    erin = make_user("erin", "operator")
+    request = APIRequestFactory().get("/api/sessions/", HTTP_AUTHORIZATION=f"Bearer {sign_in('erin')['access']}")
+    with django_assert_num_queries(1):  # the user and the version together, as every API request reads them
+        user, _token = RevocableJWTAuthentication().authenticate(request)
+    assert user == erin
+
+
+@pytest.mark.django_db
 def test_a_deleted_users_refresh_token_is_refused() -> None:
     erin = make_user("erin", "operator")
     pair = sign_in("erin")
