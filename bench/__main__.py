@@ -25,6 +25,7 @@ from pathlib import Path
 
 from bench import tripwires as tripwire_bench
 from bench.kernel import EDGE, TARGET_GROWTH, TARGET_MEDIAN_MS, TURNS, Result, mark
+from skald.core.child_env import hermetic_env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 POSTGRES_URL = os.environ.get("BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/skald_bench")
@@ -39,15 +40,11 @@ SCALE_TIMEOUT_S = 1500
 BENCH_DIR = BASE_DIR / "var" / "bench"
 STAMP = time.strftime("%Y%m%dT%H%M%S")
 COMPACTION_TIMEOUT_S = 900
-# Variables that would make a run depend on the developer's shell (as in skald.testrun).
-_HERMETIC_PREFIXES = ("BRAIN_GDL_PROVIDER_", "SKALD_", "REDIS_URL", "DATABASE_URL", "BRAIN_ENGINE_")
 
 
 def _env(var_dir: Path, database_url: str = "") -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_HERMETIC_PREFIXES)}
     # DEBUG off as in production: with it on, Django would also record every query it runs.
-    env.update(SKALD_VAR_DIR=str(var_dir), SKALD_DEBUG="0", SKALD_LOG_LEVEL="WARNING",
-               DJANGO_SETTINGS_MODULE="skald.settings")
+    env = hermetic_env(SKALD_VAR_DIR=str(var_dir), SKALD_DEBUG="0", SKALD_LOG_LEVEL="WARNING")
     if database_url:
         env["DATABASE_URL"] = database_url
     return env

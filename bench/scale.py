@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from skald.core.child_env import hermetic_env
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATABASE_URL = os.environ.get("BENCH_SCALE_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/skald_bench_scale")
 REDIS_URL = os.environ.get("BENCH_SCALE_REDIS_URL", "redis://127.0.0.1:6379/9")
@@ -47,7 +49,6 @@ BENCH_AGENT = {
     "system_prompt": "You read a note back.", "allowed_tools": ["scratchpad_get"],
     "playbook": [{"tool": "scratchpad_get", "args": {"key": "note"}}, {"answer": "read: {last_result}"}],
 }
-_HERMETIC_PREFIXES = ("BRAIN_GDL_PROVIDER_", "SKALD_", "REDIS_URL", "DATABASE_URL", "BRAIN_ENGINE_")
 
 
 def pct(values: list[float], q: float) -> float:
@@ -89,10 +90,9 @@ class Report:
 
 
 def _env(var_dir: Path, workers: int, recycle: int = 0) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_HERMETIC_PREFIXES)}
-    env.update(DATABASE_URL=DATABASE_URL, REDIS_URL=REDIS_URL, SKALD_VAR_DIR=str(var_dir), SKALD_DEBUG="0",
-               SKALD_LOG_LEVEL="WARNING", SKALD_SECRET_KEY="bench-scale-secret-key-" + "x" * 40,
-               SKALD_Q_WORKERS=str(workers), DJANGO_SETTINGS_MODULE="skald.settings")
+    env = hermetic_env(DATABASE_URL=DATABASE_URL, REDIS_URL=REDIS_URL, SKALD_VAR_DIR=str(var_dir), SKALD_DEBUG="0",
+                       SKALD_LOG_LEVEL="WARNING", SKALD_SECRET_KEY="bench-scale-secret-key-" + "x" * 40,
+                       SKALD_Q_WORKERS=str(workers))
     if recycle:
         env["SKALD_Q_RECYCLE"] = str(recycle)
     return env

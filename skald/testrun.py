@@ -12,16 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from skald.core.child_env import hermetic_env
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-# Variables that would make the suite depend on the developer's shell.
-_HERMETIC_PREFIXES = ("BRAIN_GDL_PROVIDER_", "SKALD_", "REDIS_URL", "DATABASE_URL", "BRAIN_ENGINE_")
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_HERMETIC_PREFIXES)}
-    env.update(extra)
-    return env
 
 
 # pytest-xdist: one worker per core. `loadgroup` hands each worker tests in collection order, which
@@ -64,15 +58,15 @@ def main() -> int:
     extra_args = sys.argv[1:]
     failures: list[str] = []
 
-    if _run("ruff", [str(BIN / "ruff"), "check", "--quiet", "."], _env()) != 0:
+    if _run("ruff", [str(BIN / "ruff"), "check", "--quiet", "."], hermetic_env()) != 0:
         failures.append("ruff")
-    if _run("import contracts", [str(BIN / "lint-imports"), "--no-cache"], _env()) != 0:
+    if _run("import contracts", [str(BIN / "lint-imports"), "--no-cache"], hermetic_env()) != 0:
         failures.append("import contracts")
 
-    if _run("mypy", [str(BIN / "mypy"), "loop", "skald", "approvals", "proposals", "audit"], _env()) != 0:
+    if _run("mypy", [str(BIN / "mypy"), "loop", "skald", "approvals", "proposals", "audit"], hermetic_env()) != 0:
         failures.append("mypy")
     if _run("pytest on SQLite", [sys.executable, "-m", "pytest", *PARALLEL, "-m", "not browser", *extra_args],
-            _env()) != 0:
+            hermetic_env()) != 0:
         failures.append("pytest on SQLite")
     # PostgreSQL's pass starts beside the browser phase: the browser tests mostly wait on their
     # stacks and Chromium, so the two overlap on a 2-core machine. Its output is printed after.
@@ -85,7 +79,7 @@ def main() -> int:
         else:
             log = tempfile.TemporaryFile()
             postgres = (subprocess.Popen([sys.executable, "-m", "pytest", *PARALLEL, "-m", "db_sensitive", *extra_args],
-                                         cwd=BASE_DIR, env=_env(DATABASE_URL=database_url), stdout=log,
+                                         cwd=BASE_DIR, env=hermetic_env(DATABASE_URL=database_url), stdout=log,
                                          stderr=subprocess.STDOUT), log, time.monotonic())
     elif ci:
         print("CI=true but DATABASE_URL does not point to PostgreSQL: refusing to skip.", flush=True)
@@ -95,7 +89,7 @@ def main() -> int:
 
     # The browser journeys share one stack per module and run in order: one process, after the rest.
     if _run("browser tests (headless Chromium)", [sys.executable, "-m", "pytest", "-n", "0", "-m", "browser",
-                                                  *extra_args], _env()) != 0:
+                                                  *extra_args], hermetic_env()) != 0:
         failures.append("browser tests")
 
     if postgres is not None:

@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from skald.core.child_env import hermetic_env
 from tests.e2e.crash import APPROVAL_POINTS, SETTLE_WITHIN, TURN_POINTS, _pg_admin, _with_dbname, violations
 from tests.e2e.stack import BASE_DIR, Stack, launch, wait_for, wait_ready
 from tests.loop.providers.fake_openai_server import (
@@ -105,9 +106,7 @@ def _exchange_of(stack: Stack, session_id: int) -> dict[str, Any] | None:
 
 
 def _db_env(var_dir: Path, db_env: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SKALD_", "BRAIN_", "DATABASE_URL"))}
-    env.update(db_env, DJANGO_SETTINGS_MODULE="skald.settings", SKALD_VAR_DIR=str(var_dir))
-    return env
+    return hermetic_env(**db_env, SKALD_VAR_DIR=str(var_dir))
 
 
 def _add_runner(var_dir: Path, db_env: dict[str, str]) -> None:

@@ -18,13 +18,13 @@ from typing import Any, TypeVar
 
 import httpx
 
+from skald.core.child_env import hermetic_env
+
 BASE_DIR = Path(__file__).resolve().parents[2]
 PASSWORD = "e2e-demo-password-7c41"
 BOOT_TIMEOUT = 60.0
 STOP_TIMEOUT = 20.0  # the launcher's own grace is 10 s; a clean stop takes about 2 s
 # Inherited settings that would point the stack somewhere else than its temporary SQLite.
-_SCRUBBED_PREFIXES = ("BRAIN_GDL_PROVIDER_", "BRAIN_ENGINE_", "SKALD_")
-_SCRUBBED_NAMES = {"DATABASE_URL", "REDIS_URL", "HOST", "PORT"}
 
 T = TypeVar("T")
 
@@ -132,9 +132,7 @@ class Stack:
 
     def workspace_put(self, session_id: int, path: str, text: str) -> None:
         """Seed a session's workspace the way an operator does (`manage.py workspace_put`)."""
-        env = {name: value for name, value in os.environ.items()
-               if not name.startswith(_SCRUBBED_PREFIXES) and name not in _SCRUBBED_NAMES}
-        env.update({"SKALD_VAR_DIR": str(self.var_dir), "DJANGO_SETTINGS_MODULE": "skald.settings"})
+        env = hermetic_env(SKALD_VAR_DIR=str(self.var_dir))
         done = subprocess.run([sys.executable, str(BASE_DIR / "manage.py"), "workspace_put", str(session_id), path],
                               input=text.encode(), cwd=BASE_DIR, env=env, capture_output=True, timeout=60)
         assert done.returncode == 0, done.stderr.decode(errors="replace")
@@ -180,10 +178,8 @@ def launch(var_dir: Path, extra_env: Mapping[str, str] | None = None, *, wait: b
     """Start ``python -m skald.launcher`` on a free port; with ``wait``, return once /healthz answers."""
     var_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    env = {name: value for name, value in os.environ.items()
-           if not name.startswith(_SCRUBBED_PREFIXES) and name not in _SCRUBBED_NAMES}
-    env.update({"HOST": "127.0.0.1", "PORT": str(port), "SKALD_VAR_DIR": str(var_dir),
-                "SKALD_DEMO_PASSWORD": PASSWORD, "PYTHONUNBUFFERED": "1", "DJANGO_SETTINGS_MODULE": "skald.settings"})
+    env = hermetic_env(HOST="127.0.0.1", PORT=str(port), SKALD_VAR_DIR=str(var_dir), SKALD_DEMO_PASSWORD=PASSWORD,
+                       PYTHONUNBUFFERED="1")
     env.update(extra_env or {})
     log_path = var_dir.parent / f"{var_dir.name}-launcher-{port}.log"
     with log_path.open("wb") as log:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from skald.core.child_env import hermetic_env
 from tests.e2e import attack
 from tests.e2e.stack import BASE_DIR, Launch, Stack
 
@@ -92,9 +93,7 @@ def test_the_launcher_exports_a_signed_chain_head_at_stop_that_verify_chain_chec
     stack.stop()
     exported = json.loads((stack.var_dir / "chain_head.json").read_text())
     assert exported["signature"] and exported["seq"] >= 2
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SKALD_", "DATABASE_URL", "REDIS_URL"))}
-    env.update({"SKALD_VAR_DIR": str(stack.var_dir), "SKALD_CHAIN_HEAD_FILE": str(stack.var_dir / "chain_head.json"),
-                "DJANGO_SETTINGS_MODULE": "skald.settings"})
+    env = hermetic_env(SKALD_VAR_DIR=str(stack.var_dir), SKALD_CHAIN_HEAD_FILE=str(stack.var_dir / "chain_head.json"))
     done = subprocess.run([sys.executable, "manage.py", "verify_chain"], cwd=BASE_DIR, env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
