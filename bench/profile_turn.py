@@ -57,7 +57,7 @@ SEAMS: tuple[tuple[str, str], ...] = (
     ("  on_text live delta (bus)", "loop.driver:_Drive._live_text"),
     ("Store.record_message_end (turn tx)", "loop.store_exchanges:ExchangeLog.record_message_end"),
     ("Store.record_intent (intent tx)", "loop.store_calls:CallLog.record_intent"),
-    ("execute_tool (a thread per call)", "loop.tools.fanout:execute_tool"),
+    ("execute_tool (a pooled thread per call)", "loop.tools.fanout:execute_tool"),
     ("Store.record_result (result tx)", "loop.store_calls:CallLog.record_result"),
     ("Store.finish_turn (message end + receipt tx)", "loop.store_exchanges:ExchangeLog.finish_turn"),
     ("Journal.append (seq + INSERT, one statement on PostgreSQL)", "loop.journal:Journal.append"),
