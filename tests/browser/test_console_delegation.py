@@ -22,7 +22,6 @@ from skald.agents.seed import TROUBLESHOOTER_PROMPT
 from tests.browser.conftest import Admin
 from tests.e2e.stack import Stack, launch, wait_ready
 from tests.loop.providers.fake_openai_server import (
-    TEST_SECRET,
     FakeOpenAIServer,
     RecordedRequest,
     SSEResponse,
@@ -65,14 +64,7 @@ def answer(request: RecordedRequest) -> SSEResponse:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with FakeOpenAIServer(host="127.0.0.1", default=answer) as fake:
-        secrets = tmp_path_factory.mktemp("secrets")
-        (secrets / "provider.key").write_text(f"{TEST_SECRET}\n")
-        (secrets / "ca.pem").write_bytes(Path(fake.ca_file).read_bytes())
-        running = launch(tmp_path_factory.mktemp("var"), {
-            "BRAIN_GDL_PROVIDER_BASE_URL": fake.base_url, "BRAIN_GDL_PROVIDER_MODEL": "m",
-            "BRAIN_GDL_PROVIDER_SECRET_FILE": "provider.key", "BRAIN_GDL_PROVIDER_SECRET_ROOT": str(secrets),
-            "BRAIN_GDL_PROVIDER_ALLOW_CIDRS": "127.0.0.1/32", "BRAIN_GDL_PROVIDER_CA_FILE": str(secrets / "ca.pem"),
-        })
+        running = launch(tmp_path_factory.mktemp("var"), fake.profile_env(tmp_path_factory.mktemp("secrets")))
         wait_ready(running)
         try:
             yield running

@@ -31,7 +31,6 @@ from skald.core.child_env import hermetic_env
 from tests.e2e.crash import APPROVAL_POINTS, SETTLE_WITHIN, TURN_POINTS, _pg_admin, _with_dbname, violations
 from tests.e2e.stack import BASE_DIR, Stack, launch, wait_for, wait_ready
 from tests.loop.providers.fake_openai_server import (
-    TEST_SECRET,
     FakeOpenAIServer,
     RecordedRequest,
     Response,
@@ -47,14 +46,6 @@ CASES: tuple[tuple[str, str], ...] = (tuple(("turn", p) for p in FIRST_TURN_POIN
                                       + tuple(("approval", p) for p in APPROVAL_POINTS))
 KEY = "e1:t1:c0"  # the one call of the run
 MESSAGE_KEY = "crash-message-1"  # the client's idempotency key, reused when a POST is never answered
-
-
-def profile(fake: FakeOpenAIServer, root: Path) -> dict[str, str]:
-    (root / "provider.key").write_text(f"{TEST_SECRET}\n")
-    (root / "ca.pem").write_bytes(Path(fake.ca_file).read_bytes())
-    return {"BRAIN_GDL_PROVIDER_BASE_URL": fake.base_url, "BRAIN_GDL_PROVIDER_MODEL": "m",
-            "BRAIN_GDL_PROVIDER_SECRET_FILE": "provider.key", "BRAIN_GDL_PROVIDER_SECRET_ROOT": str(root),
-            "BRAIN_GDL_PROVIDER_ALLOW_CIDRS": "127.0.0.1/32", "BRAIN_GDL_PROVIDER_CA_FILE": str(root / "ca.pem")}
 
 
 def policy(effects: Path) -> Any:
@@ -140,7 +131,7 @@ def crash_once(fake: FakeOpenAIServer, scenario: str, point: str, *, postgres: s
         if postgres:
             _pg_admin(postgres, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
             db_env = {"DATABASE_URL": _with_dbname(postgres, name)}
-        plain = {**profile(fake, workdir / "secrets"), **db_env, "BRAIN_ENGINE_EXEC_ALLOWLIST": "sh",
+        plain = {**fake.profile_env(workdir / "secrets"), **db_env, "BRAIN_ENGINE_EXEC_ALLOWLIST": "sh",
                  "SKALD_LEASE_SECONDS": str(LEASE_SECONDS), "SKALD_SWEEP_SECONDS": "1"}
         crashing = {**plain, "SKALD_FAILPOINTS": point, "SKALD_FAILPOINTS_ONCE": str(workdir / "fired")}
         fake.default = policy(effects)

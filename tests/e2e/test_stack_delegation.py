@@ -8,7 +8,6 @@ import json
 import re
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,7 +16,6 @@ import pytest
 from skald.agents.seed import TROUBLESHOOTER_PROMPT
 from tests.e2e.stack import Api, Launch, Stack, paginator_count, wait_for, wait_ready
 from tests.loop.providers.fake_openai_server import (
-    TEST_SECRET,
     FakeOpenAIServer,
     RecordedRequest,
     SSEResponse,
@@ -46,14 +44,6 @@ def fake_provider() -> Iterator[FakeOpenAIServer]:
         yield fake
 
 
-def profile_env(fake: FakeOpenAIServer, root: Path) -> dict[str, str]:
-    (root / "provider.key").write_text(f"{TEST_SECRET}\n")
-    (root / "ca.pem").write_bytes(Path(fake.ca_file).read_bytes())
-    return {"BRAIN_GDL_PROVIDER_BASE_URL": fake.base_url, "BRAIN_GDL_PROVIDER_MODEL": "m",
-            "BRAIN_GDL_PROVIDER_SECRET_FILE": "provider.key", "BRAIN_GDL_PROVIDER_SECRET_ROOT": str(root),
-            "BRAIN_GDL_PROVIDER_ALLOW_CIDRS": "127.0.0.1/32", "BRAIN_GDL_PROVIDER_CA_FILE": str(root / "ca.pem")}
-
-
 def _first_user(request: RecordedRequest) -> str:
     return next(m["content"] for m in request.body["messages"] if m["role"] == "user")
 
@@ -66,7 +56,7 @@ def _delegate(task: str) -> SSEResponse:
 def test_a_stop_during_a_grandchilds_provider_call_ends_the_whole_tree(
     launch_stack: Launch, fake_provider: FakeOpenAIServer, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    stack = launch_stack(profile_env(fake_provider, tmp_path_factory.mktemp("secrets")))
+    stack = launch_stack(fake_provider.profile_env(tmp_path_factory.mktemp("secrets")))
     wait_ready(stack)
     in_flight, release = threading.Event(), threading.Event()
 

@@ -7,7 +7,6 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,18 +44,7 @@ def fake_provider() -> Iterator[FakeOpenAIServer]:
 
 @pytest.fixture(scope="module")
 def profile_env(fake_provider: FakeOpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    root = tmp_path_factory.mktemp("secrets")
-    (root / "provider.key").write_text(f"{TEST_SECRET}\n")
-    ca_file = tmp_path_factory.mktemp("tls") / "provider-ca.pem"
-    ca_file.write_bytes(Path(fake_provider.ca_file).read_bytes())
-    return {
-        "BRAIN_GDL_PROVIDER_BASE_URL": fake_provider.base_url,
-        "BRAIN_GDL_PROVIDER_MODEL": "m",
-        "BRAIN_GDL_PROVIDER_SECRET_FILE": "provider.key",
-        "BRAIN_GDL_PROVIDER_SECRET_ROOT": str(root),
-        "BRAIN_GDL_PROVIDER_ALLOW_CIDRS": "127.0.0.1/32",
-        "BRAIN_GDL_PROVIDER_CA_FILE": str(ca_file),
-    }
+    return fake_provider.profile_env(tmp_path_factory.mktemp("secrets"))
 
 
 @pytest.fixture(scope="module")

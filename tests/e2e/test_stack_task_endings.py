@@ -19,7 +19,7 @@ import pytest
 
 from skald.agents.seed import TROUBLESHOOTER_PROMPT
 from tests.e2e.stack import Api, Launch, Stack, wait_for, wait_ready
-from tests.e2e.test_stack_delegation import events_of, profile_env, task_results
+from tests.e2e.test_stack_delegation import events_of, task_results
 from tests.loop.providers.fake_openai_server import (
     FakeOpenAIServer,
     RecordedRequest,
@@ -103,7 +103,7 @@ def delivered_once(operator: Api, session_id: int) -> dict[str, Any]:
 def test_a_failed_async_task_reaches_its_parent_once_when_the_delivering_worker_is_killed(
     launch_stack: Launch, fake_provider: FakeOpenAIServer, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    env = profile_env(fake_provider, tmp_path_factory.mktemp("secrets"))
+    env = fake_provider.profile_env(tmp_path_factory.mktemp("secrets"))
     var_dir = tmp_path_factory.mktemp("var")
     fake_provider.script.clear()
     fake_provider.default = models(lambda request: StatusResponse(400, {"error": {"message": "model refused"}}))
@@ -131,7 +131,7 @@ def test_a_failed_async_task_reaches_its_parent_once_when_the_delivering_worker_
 def test_a_cancelled_async_task_reaches_its_parent_once_when_the_delivering_worker_is_killed(
     launch_stack: Launch, fake_provider: FakeOpenAIServer, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    env = profile_env(fake_provider, tmp_path_factory.mktemp("secrets"))
+    env = fake_provider.profile_env(tmp_path_factory.mktemp("secrets"))
     var_dir = tmp_path_factory.mktemp("var")
     in_flight, release = threading.Event(), threading.Event()
 

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import trustme
@@ -299,6 +300,15 @@ class FakeOpenAIServer:
     def sleep(self, seconds: float) -> bool:
         """Wait unless the server is stopping; True when it is."""
         return self.stopping.wait(seconds) if seconds > 0 else self.stopping.is_set()
+
+    def profile_env(self, root: Path) -> dict[str, str]:
+        """The deployment profile that points a Skald stack at this server, as an operator sets it:
+        the key in a secret file under ``root``, the server's CA, loopback allowed."""
+        (root / "provider.key").write_text(f"{TEST_SECRET}\n")
+        (root / "ca.pem").write_bytes(Path(self.ca_file).read_bytes())
+        return {"BRAIN_GDL_PROVIDER_BASE_URL": self.base_url, "BRAIN_GDL_PROVIDER_MODEL": "m",
+                "BRAIN_GDL_PROVIDER_SECRET_FILE": "provider.key", "BRAIN_GDL_PROVIDER_SECRET_ROOT": str(root),
+                "BRAIN_GDL_PROVIDER_ALLOW_CIDRS": "127.0.0.1/32", "BRAIN_GDL_PROVIDER_CA_FILE": str(root / "ca.pem")}
 
 
 def _delay(delay: float | Sequence[float], index: int) -> float:
