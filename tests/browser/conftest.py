@@ -112,8 +112,21 @@ class Admin:
         self.click("#logout-form button[type=submit]")
         self.wait_text("#content", "Log in again", what="the logged-out page")
 
-    def click(self, css: str) -> None:
-        self.find(css).click()
+    def click(self, locator: str) -> None:
+        """Click the element ``locator`` names: CSS, or XPath when it starts with ``//``. Live panels
+        swap their markup while they refresh, so a click that lands on a swapped-out element finds
+        the element again and clicks the new one."""
+        by = By.XPATH if locator.startswith("//") else By.CSS_SELECTOR
+
+        def clicked(driver: webdriver.Chrome) -> bool:
+            element = EC.element_to_be_clickable((by, locator))(driver)
+            if not element:
+                return False
+            element.click()
+            return True
+
+        WebDriverWait(self.driver, WAIT, ignored_exceptions=[StaleElementReferenceException]).until(
+            clicked, f"no clickable {locator} on {self.driver.current_url}")
 
     def click_link(self, text: str) -> None:
         WebDriverWait(self.driver, WAIT).until(EC.element_to_be_clickable((By.LINK_TEXT, text))).click()

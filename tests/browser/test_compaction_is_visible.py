@@ -57,7 +57,7 @@ def test_the_admin_timeline_and_the_console_show_each_compaction(chromium, compa
     # The console: the run's session shows the compaction marker inline, with its probe score.
     admin.open("/console/")
     admin.wait_text("#sessions", "GDL", what="the run's session in the session list")
-    admin.driver.find_element(By.CSS_SELECTOR, "#sessions li").click()
+    admin.click("#sessions li")
     admin.wait_text("#events", "Compacted seq", what="the compaction marker")
     marker = admin.find("#events li.compaction .compaction-marker")
     assert "verbatim from seq" in marker.text

@@ -94,7 +94,7 @@ def test_it_follows_a_governed_run_from_launch_to_reused_knowledge(admin: Admin,
     admin.click_link("Open the queue →")  # the approver's home panel
     admin.wait_text("#result_list", "write_file")
     admin.screenshot("pending-approvals")
-    admin.driver.find_element(By.XPATH, "//table[@id='result_list']//a[text()='write_file']").click()
+    admin.click("//table[@id='result_list']//a[text()='write_file']")
     diff = admin.text("pre.skald-diff")
     assert "+++ b/reports/findings.md" in diff, diff
     added = [line for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
@@ -116,7 +116,7 @@ def test_it_follows_a_governed_run_from_launch_to_reused_knowledge(admin: Admin,
     row_of(admin, PROPOSAL_TITLE).find_element(By.CSS_SELECTOR, "th a").click()  # the id links to the page
     admin.wait_text(".field-status", "pending")
     admin.screenshot("proposal")
-    admin.driver.find_element(By.XPATH, "//ul[contains(@class,'object-tools')]//button[text()='Accept…']").click()
+    admin.click("//ul[contains(@class,'object-tools')]//button[text()='Accept…']")
     admin.wait_text("#content h1", "Accept 1 proposal")
     admin.screenshot("accept-confirmation")
     admin.click("input[name=apply]")

@@ -78,7 +78,7 @@ def test_the_approver_decides_with_context_and_lands_on_the_next_item(admin: Adm
     admin.click_link("Open the queue →")
     admin.wait_text("#result_list", "write_file")
     admin.screenshot("approver-queue")
-    admin.driver.find_element(By.XPATH, "//table[@id='result_list']//a[text()='write_file']").click()
+    admin.click("//table[@id='result_list']//a[text()='write_file']")
     first_url = admin.driver.current_url
     context = admin.text("#approval-context")
     for expected in (DEMO_CASE_TITLE, "Run #", "troubleshooter", "operator", "Pending"):
@@ -110,10 +110,10 @@ def test_the_reviewer_accepts_the_runs_proposal(admin: Admin, stack: Stack) -> N
     # refreshes itself. A loaded machine may take a while: wait as long as the worker needs.
     admin.wait_text("#panel-proposals", "Troubleshooting finding", timeout=WORKER_WAIT)
     admin.screenshot("reviewer-home")
-    admin.driver.find_element(By.CSS_SELECTOR, "#panel-proposals tbody a").click()
+    admin.click("#panel-proposals tbody a")
     admin.wait_text(".field-status", "pending")
     admin.screenshot("reviewer-proposal")
-    admin.driver.find_element(By.XPATH, "//ul[contains(@class,'object-tools')]//button[text()='Accept…']").click()
+    admin.click("//ul[contains(@class,'object-tools')]//button[text()='Accept…']")
     admin.wait_text("#content h1", "Accept 1 proposal")
     admin.click("input[name=apply]")
     admin.wait_text(".messagelist", "1 proposal accepted.")
@@ -180,7 +180,7 @@ def test_the_console_cards_follow_the_role_and_the_answer_streams(admin: Admin, 
     admin.login("approver")
     admin.open("/console/")
     admin.wait_text("#sessions", "approval waiting")
-    admin.driver.find_element(By.XPATH, "//ul[@id='sessions']/li[span[text()='approval waiting']]").click()
+    admin.click("//ul[@id='sessions']/li[span[text()='approval waiting']]")
     admin.wait_text("#events .card", "Approval needed: write_file")
     admin.driver.execute_script(WATCH_LIVE)
     admin.find("#events .card input").send_keys("Report only; fine.")
