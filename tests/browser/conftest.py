@@ -143,7 +143,20 @@ class Admin:
                                                       f"no visible {css} on {self.driver.current_url}")
 
     def text(self, css: str) -> str:
-        return self.find(css).text
+        """The visible text of the first visible ``css``, read again if a live swap replaced it."""
+
+        def read(driver: webdriver.Chrome) -> str | bool:
+            element = EC.visibility_of_element_located((By.CSS_SELECTOR, css))(driver)
+            return element.text if element else False
+
+        return WebDriverWait(self.driver, WAIT, ignored_exceptions=[StaleElementReferenceException]).until(
+            read, f"no visible {css} on {self.driver.current_url}")
+
+    def texts(self, css: str) -> list[str]:
+        """The text of every element ``css`` matches, read in one script: a live panel swapping its
+        markup meanwhile cannot hand back an element that is gone."""
+        return list(self.driver.execute_script(
+            "return Array.from(document.querySelectorAll(arguments[0]), element => element.innerText)", css))
 
     def wait_text(self, css: str, text: str, *, what: str = "", timeout: float = WAIT) -> None:
         """Wait until ``css`` shows ``text`` (case-insensitive: the admin upper-cases some labels).

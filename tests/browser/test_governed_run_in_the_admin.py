@@ -60,8 +60,7 @@ def run_status(admin: Admin) -> str:
 
 def search_result_row(admin: Admin) -> str | None:
     """The timeline's ``search_knowledge`` tool result, once there is one."""
-    rows = admin.driver.find_elements(By.CSS_SELECTOR, "#timeline > li")
-    return next((row.text for row in rows if "tool search_knowledge" in row.text), None)
+    return next((row for row in admin.texts("#timeline > li") if "tool search_knowledge" in row), None)
 
 
 def api_run_status(stack: Stack, run_id: int) -> str:

@@ -68,7 +68,7 @@ def approve_oldest(stack: Stack) -> None:
 
 
 def rows(admin: Admin) -> list[str]:
-    return [row.text for row in admin.driver.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")]
+    return admin.texts("#result_list tbody tr")
 
 
 def wait_rows(admin: Admin, count: int, what: str) -> None:

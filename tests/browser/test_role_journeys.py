@@ -129,7 +129,7 @@ def test_the_auditor_finds_the_approvers_rows_by_name_and_verifies(admin: Admin,
     admin.fill("#searchbar", "approver")
     admin.click("#changelist-search input[type=submit]")
     admin.wait_text("#result_list", "approval resolved")
-    rows = [row.text for row in admin.driver.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")]
+    rows = admin.texts("#result_list tbody tr")
     resolved = [row for row in rows if "approval resolved" in row]
     assert len(resolved) == 2 and all("approver" in row for row in resolved), rows
     assert re.search(r"\d\d:\d\d:\d\d UTC", admin.text("#result_list"))
