@@ -7,6 +7,7 @@ chain per tenant, say) changes this module and nothing else.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -15,6 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connection, transaction
+from django.utils.dateparse import parse_datetime
 
 from audit import chain
 from audit.actors import Actor
@@ -42,21 +44,20 @@ def _require_short(name: str, value: str) -> None:
         raise ValueError(f"audit {name} must be 1 to {_FIELD_MAX} characters, got {len(value)}")
 
 
-def _lock_and_read_tip(cursor: Any) -> tuple[int, str]:
-    """Take the chain's write lock until the caller's transaction ends, then read the tip.
+_Tip = tuple[int, str, datetime | None]  # seq, hash, time of the chain's last row
 
-    PostgreSQL: an advisory transaction lock, taken before the tip is read, so two writers never
-    both extend the same tip; ``audit_chain_tip`` (migration 0007) does both in one round trip.
-    SQLite: the connection begins every transaction IMMEDIATE, so the database-wide write lock is
-    already held. Elsewhere the unique ``seq`` is the last line: a racing writer fails loudly
-    instead of forking the chain.
+
+def _read_tip(cursor: Any) -> _Tip:
+    """SQLite: read the tip. The connection begins every transaction IMMEDIATE, so the
+    database-wide write lock is already held and nobody else extends the tip until commit.
+    (PostgreSQL takes its lock and reads its tip on the server: :func:`_linked_on_server`.)
     """
-    if connection.vendor == "postgresql":
-        cursor.execute("SELECT tip_seq, tip_hash FROM audit_chain_tip(%s)", [CHAIN_LOCK_KEY])
-    else:
-        cursor.execute("SELECT seq, hash FROM audit_auditevent ORDER BY seq DESC LIMIT 1")
+    cursor.execute("SELECT seq, hash, time FROM audit_auditevent ORDER BY seq DESC LIMIT 1")
     row = cursor.fetchone()
-    return (int(row[0]), row[1]) if row else (0, GENESIS)
+    if row is None:
+        return 0, GENESIS, None
+    time = row[2] if isinstance(row[2], datetime) else parse_datetime(row[2])
+    return int(row[0]), row[1], time.replace(tzinfo=UTC) if time and time.tzinfo is None else time
 
 
 class _TipMarker:
@@ -67,30 +68,33 @@ class _TipMarker:
     savepoint or transaction, so a surviving marker never names a row that was undone.
     """
 
-    __slots__ = ("hash", "seq")
+    __slots__ = ("hash", "seq", "time")
 
-    def __init__(self, seq: int, hash: str) -> None:
-        self.seq, self.hash = seq, hash
+    def __init__(self, seq: int, hash: str, time: datetime) -> None:
+        self.seq, self.hash, self.time = seq, hash, time
 
     def __call__(self) -> None:  # runs at commit: nothing to do
         return None
 
 
-def _tip_in_this_transaction() -> tuple[int, str] | None:
+def _tip_in_this_transaction() -> _Tip | None:
     for entry in reversed(connection.run_on_commit):
         callback = entry[1]  # (savepoint ids, callback, robust)
         if isinstance(callback, _TipMarker):
-            return callback.seq, callback.hash
+            return callback.seq, callback.hash, callback.time
     return None
 
 
-def _now() -> datetime:
+def _now(not_before: datetime | None = None) -> datetime:
+    """The clock in UTC, never earlier than ``not_before`` (the tip's time): a row's time never
+    goes back along the chain, even when the wall clock steps back."""
     # datetime holds microseconds at most, exactly what SQLite and PostgreSQL store, so the time
     # hashed here is the time read back by the verifier.
     moment = clock.now()
     if moment.tzinfo is None:
         raise ValueError("the clock returned a naive datetime")
-    return moment.astimezone(UTC)
+    moment = moment.astimezone(UTC)
+    return max(moment, not_before) if not_before is not None else moment
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,35 +131,65 @@ def _checked(entry: AuditEntry) -> dict[str, Any]:
 
 
 def _linked(rows: list[dict[str, Any]]) -> tuple[str, list[Any]]:
-    """Take the chain lock, link ``rows`` to the tip (seq, time, prev_hash, hash filled in) and
-    return the one INSERT that appends them; this transaction's later appends start from them.
+    """The one INSERT that appends ``rows`` to the chain: it holds the chain lock from when it
+    runs until the transaction ends, and links the rows to the tip (seq, time, prev_hash, hash).
 
     Raw SQL: every audited write in the deployment passes here, and the ORM's query building
     would cost more than the statements themselves.
     """
+    if connection.vendor == "postgresql":
+        statement, params = _linked_on_server(rows)
+    else:
+        statement, params = _linked_here(rows)
+    for fields in rows:  # once committed, each row's live topics are announced (skald.core.live)
+        kind = AuditKind(fields["kind"])
+        for topic in live_topics(kind):
+            live_announce_on_commit(topic, kind=kind.label)
+    return statement, params
+
+
+# The columns every append writes, in the order both statements below produce them.
+_COLUMNS = "seq, time, actor_type, actor_id, kind, subject_type, subject_id, payload, prev_hash, hash"
+# The canonical JSON of a row's hashed array up to its seq: ``["skald.audit.v1",``.
+_HASHED_HEAD = chain.canonical_json([chain.HASH_VERSION])[:-1] + ","
+
+
+def _linked_on_server(rows: list[dict[str, Any]]) -> tuple[str, list[Any]]:
+    """PostgreSQL: ``audit_chain_link`` (migration 0008) takes the chain lock, reads the tip and
+    links the rows on the server, inside the INSERT itself: no round trip of its own, and the lock
+    is taken only when the statement runs. The client sends the canonical JSON of each row's
+    fields after its time; the server hashes exactly what :func:`audit.chain.row_hash` does."""
+    columns = ("actor_type", "actor_id", "kind", "subject_type", "subject_id", "payload")
+    linked = []
+    for fields in rows:
+        values = [fields[name] for name in columns]
+        linked.append([chain.format_time(_now()), *values, chain.canonical_json(values)[1:-1]])
+    params = [CHAIN_LOCK_KEY, GENESIS, _HASHED_HEAD, json.dumps(linked, ensure_ascii=False)]
+    return (f"INSERT INTO audit_auditevent ({_COLUMNS}) SELECT * FROM audit_chain_link(%s, %s, %s, %s::json)",  # noqa: S608 - placeholders only
+            params)
+
+
+def _linked_here(rows: list[dict[str, Any]]) -> tuple[str, list[Any]]:
+    """SQLite: link the rows to the tip in this process (the write lock is held since BEGIN)."""
     tip = _tip_in_this_transaction()
     if tip is None:
         with connection.cursor() as cursor:
-            tip = _lock_and_read_tip(cursor)
-    seq, prev_hash = tip
+            tip = _read_tip(cursor)
+    seq, prev_hash, time = tip
     params: list[Any] = []
     for fields in rows:
         seq += 1
-        fields["time"] = _now()
+        fields["time"] = time = _now(not_before=time)
         fields["seq"], fields["prev_hash"] = seq, prev_hash
         fields["hash"] = prev_hash = chain.row_hash(**fields)
         params += [seq, connection.ops.adapt_datetimefield_value(fields["time"]), fields["actor_type"],
                    fields["actor_id"], fields["kind"], fields["subject_type"], fields["subject_id"],
                    fields["payload"], fields["prev_hash"], fields["hash"]]
+    assert time is not None  # rows is never empty
     # Dropped with the transaction (or savepoint) if it rolls back, so it never names an undone row.
-    transaction.on_commit(_TipMarker(seq, prev_hash))
-    for fields in rows:  # once committed, each row's live topics are announced (skald.core.live)
-        kind = AuditKind(fields["kind"])
-        for topic in live_topics(kind):
-            live_announce_on_commit(topic, kind=kind.label)
+    transaction.on_commit(_TipMarker(seq, prev_hash, time))
     values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
-    return ("INSERT INTO audit_auditevent (seq, time, actor_type, actor_id, kind, subject_type, subject_id, "  # noqa: S608 - placeholders only
-            f"payload, prev_hash, hash) VALUES {values}", params)
+    return f"INSERT INTO audit_auditevent ({_COLUMNS}) VALUES {values}", params  # noqa: S608 - placeholders only
 
 
 def audit_append(
@@ -182,8 +216,10 @@ def audit_append(
     fields = _checked(AuditEntry(actor, kind, subject_type, subject_id, payload))
     statement, params = _linked([fields])
     with connection.cursor() as cursor:
-        cursor.execute(f"{statement} RETURNING id", params)
-        row_id = cursor.fetchone()[0]
+        cursor.execute(f"{statement} RETURNING id, seq, time, prev_hash, hash", params)
+        row_id, seq, time, prev_hash, digest = cursor.fetchone()
+    if connection.vendor == "postgresql":  # linked on the server
+        fields.update(seq=seq, time=time, prev_hash=prev_hash, hash=digest)
     return AuditEvent(pk=row_id, **fields)
 
 
@@ -192,9 +228,10 @@ def audit_append_statement(entries: Sequence[AuditEntry]) -> tuple[str, list[Any
     before it commits, alone or as part of a larger statement (the kernel store sends it with its
     own rows: one round trip for both).
 
-    Same chain, lock and checks as :func:`audit_append`: the chain lock is taken and the tip read
-    here, and the rows are linked to it. Run nothing else that appends before the statement has
-    run. Returns ``("", [])`` for no entries.
+    Same chain, lock and checks as :func:`audit_append`. On PostgreSQL the statement itself takes
+    the chain lock, reads the tip and links the rows (``audit_chain_link``); on SQLite, whose write
+    lock is held since BEGIN, they are linked here. Run nothing else that appends before the
+    statement has run. Returns ``("", [])`` for no entries.
 
     Raises:
         AuditOutsideTransaction: no transaction is open.

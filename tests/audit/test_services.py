@@ -18,8 +18,10 @@ from audit.kinds import AuditKind
 from audit.models import AuditEvent, ChainHead
 from audit.selectors import audit_rows_in_chain_order
 from audit.services import (
+    AuditEntry,
     AuditOutsideTransaction,
     audit_append,
+    audit_append_statement,
     chain_head_export,
     chain_head_export_latest,
     chain_head_record,
@@ -129,20 +131,47 @@ def test_a_chain_written_by_the_service_verifies_with_no_false_positive():
     assert (report.ok, report.rows, report.tip_seq) == (True, 21, 21)
 
 
+@pytest.mark.django_db
+def test_rows_appended_in_one_statement_link_in_order_and_never_go_back_in_time():
+    """The kernel appends a transaction's audit rows in one statement (on PostgreSQL the server
+    links them): each links to the one before, the hashes are the ones Python computes, and a
+    clock that stepped back does not date a row before the tip."""
+    later = datetime(2026, 5, 4, 12, 0, 0, 123456, tzinfo=UTC)
+    with time_machine.travel(later, tick=False):
+        first = append()
+    texts = ['quote " and back \\ slash', "Grüße ✓ 🚀", "line\nbreak\ttab\u0001", "</script>&"]
+    entries = [AuditEntry(Actor.agent("troubleshooter"), AuditKind.TURN_ENDED, "loop.session", n, {"n": n, "s": text})
+               for n, text in enumerate(texts)]
+    with time_machine.travel(later - timedelta(seconds=5), tick=False), transaction.atomic():
+        statement, params = audit_append_statement(entries)
+        with connection.cursor() as cursor:
+            cursor.execute(statement, params)
+        second = append()  # a later append in the same transaction continues from those rows
+    rows = list(audit_rows_in_chain_order())
+    assert [row.seq for row in rows] == [1, 2, 3, 4, 5, 6] and second.seq == 6
+    assert [row.prev_hash for row in rows[1:]] == [row.hash for row in rows[:-1]]
+    assert [row.hash for row in rows] == [chain.row_hash(**{c: getattr(row, c) for c in ROW_COLUMNS if c != "hash"})
+                                          for row in rows]
+    assert [first.time, *(row.time for row in rows[1:])] == [later] * 6  # the clock said 5 s earlier
+    assert (second.time, second.prev_hash, second.hash) == (rows[5].time, rows[4].hash, rows[5].hash)
+    assert chain_verify().ok
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.db_sensitive
 def test_appends_hold_the_chain_lock_before_reading_the_head():
-    """PostgreSQL: ``audit_chain_tip`` takes the advisory lock, then reads the head with a snapshot
-    of its own (one round trip). SQLite: every transaction begins IMMEDIATE, so the write lock is
-    held from BEGIN."""
+    """PostgreSQL: the append statement itself calls ``audit_chain_link``, which takes the advisory
+    lock, then reads the head with a snapshot of its own. SQLite: every transaction begins
+    IMMEDIATE, so the write lock is held from BEGIN."""
     with CaptureQueriesContext(connection) as queries:
         append()
     sql = [q["sql"] for q in queries.captured_queries]
     if connection.vendor == "postgresql":
-        head = next(i for i, s in enumerate(sql) if "audit_chain_tip(" in s)
+        head = next(i for i, s in enumerate(sql) if "audit_chain_link(" in s)
+        assert sql[head].startswith("INSERT INTO audit_auditevent")  # linked inside the INSERT
         assert not any("FROM audit_auditevent" in s.replace('"', '') for s in sql[:head])
         with connection.cursor() as cursor:
-            cursor.execute("SELECT prosrc, provolatile FROM pg_proc WHERE proname = 'audit_chain_tip'")
+            cursor.execute("SELECT prosrc, provolatile FROM pg_proc WHERE proname = 'audit_chain_link'")
             source, volatility = cursor.fetchone()
         assert volatility == "v"  # VOLATILE: each statement inside takes a fresh snapshot
         assert source.index("pg_advisory_xact_lock") < source.index("FROM audit_auditevent")
