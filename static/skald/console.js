@@ -187,23 +187,38 @@
     connect();
   }
 
+  let listed = "";  // what the session list shows now, to leave it alone when nothing changed
+  let loading = 0;  // the newest load; an older one still awaiting its answers must not apply them
   async function load() {
+    if (document.hidden) return;  // a background tab does not poll; it loads again when shown
+    const ticket = ++loading;
     const {status, ok, body} = await api("/api/sessions/");
-    $("sessions").innerHTML = "";
-    if (!ok || !Array.isArray(body)) { $("sessions-note").textContent = `Sessions unavailable: ${problem(body, status)}`; return; }
-    $("sessions-note").textContent = body.length ? "" : "No session yet.";
+    if (ticket !== loading) return;
+    if (!ok || !Array.isArray(body)) {
+      listed = ""; $("sessions").replaceChildren();
+      $("sessions-note").textContent = `Sessions unavailable: ${problem(body, status)}`;
+      return;
+    }
     let waiting = new Set();
     if (canResolve) {
       const pending = await api("/api/approvals/?status=pending");
       if (pending.ok && Array.isArray(pending.body)) waiting = new Set(pending.body.map((a) => a.session));
+      if (ticket !== loading) return;
     }
-    for (const s of body) {
+    $("sessions-note").textContent = body.length ? "" : "No session yet.";
+    // Built aside and swapped in at once, and only when it changed: the list never flickers empty
+    // while the answers are awaited, and an item under the pointer stays the same element.
+    const shown = JSON.stringify(body.map((s) => [s.id, s.title || s.agent, waiting.has(s.id)]));
+    if (shown === listed) return;
+    listed = shown;
+    const items = body.map((s) => {
       const li = el("li", s.id === session ? "current" : "", `#${s.id} ${s.title || s.agent}`);
       li.dataset.id = s.id;
       if (waiting.has(s.id)) li.appendChild(el("span", "badge", "approval waiting"));
       li.onclick = () => open(s.id);
-      $("sessions").appendChild(li);
-    }
+      return li;
+    });
+    $("sessions").replaceChildren(...items);
   }
 
   $("new-session").onclick = async () => {
@@ -228,4 +243,5 @@
   };
   load();
   setInterval(load, 5000);  // new sessions and waiting badges
+  document.addEventListener("visibilitychange", () => { if (!document.hidden) load(); });
 })();

@@ -4,6 +4,9 @@
 The stack runs with four eyes on, so an approver who asks for a gated write in their own session
 may not approve it: the refusal shows on the card, which stays answerable. Stopping the session
 then cancels the parked call: the card says so and offers no buttons.
+
+The session list beside the cards reloads itself: it keeps its elements while nothing changed and
+swaps in a changed list at once, never showing an empty one meanwhile.
 """
 
 from __future__ import annotations
@@ -94,3 +97,61 @@ def test_a_refused_answer_shows_on_the_card_and_a_stop_cancels_it(admin: Admin, 
     assert admin.text("#status") == "Exchange ended: canceled"  # not "Stop requested." again
     admin.driver.execute_script("arguments[0].scrollIntoView()", card)
     admin.screenshot("console-card-cancelled")
+
+
+# Counts the console's session-list loads as they finish, and watches the list for changes: how
+# many times its children were replaced, and whether it was ever seen empty.
+WATCH_SESSION_LIST = """
+window.listLoads = 0;
+const plain = window.fetch;
+window.fetch = async (...args) => {
+  const answer = await plain(...args);
+  if (!String(args[0]).endsWith("/api/approvals/?status=pending")) return answer;
+  // The list is built in the microtasks after this body is read: a timer started then fires after.
+  const read = answer.json.bind(answer);
+  answer.json = async () => {
+    const body = await read();
+    setTimeout(() => { window.listLoads += 1; }, 0);
+    return body;
+  };
+  return answer;
+};
+window.listSwaps = 0; window.listSeenEmpty = false;
+new MutationObserver(() => {
+  window.listSwaps += 1;
+  if (!document.querySelector("#sessions li")) window.listSeenEmpty = true;
+}).observe(document.getElementById("sessions"), {childList: true});
+document.querySelector("#sessions li").skaldMark = "kept";
+"""
+
+
+def reload_list(admin: Admin) -> None:
+    """Have the console load its session list now (as it does when its tab is shown again) and
+    wait until that load has finished."""
+    loads = admin.driver.execute_script("return window.listLoads")
+    admin.driver.execute_script("document.dispatchEvent(new Event('visibilitychange'))")
+    WebDriverWait(admin.driver, 30).until(lambda d: d.execute_script("return window.listLoads") > loads,
+                                          "the session list to load again")
+
+
+def test_the_session_list_is_left_alone_until_it_changes_and_never_flickers_empty(admin: Admin,
+                                                                                   stack: Stack) -> None:
+    admin.login("approver")
+    admin.open("/console/")
+    admin.click("#new-session")
+    admin.wait_text("#status", "Session #", what="the new session to open")
+    opened = admin.text("#status").removeprefix("Session ")
+    # The page's first load may still be on its way with the list as it was before; it is dropped.
+    admin.wait_text("#sessions", f"{opened} ", what="the new session in the list")
+    admin.driver.execute_script(WATCH_SESSION_LIST)
+
+    reload_list(admin)  # nothing changed: the same elements stay (a hovered item is not replaced)
+    assert admin.driver.execute_script("return window.listSwaps") == 0
+    assert admin.driver.execute_script("return document.querySelector('#sessions li').skaldMark") == "kept"
+
+    with stack.http(stack.token("approver")) as client:
+        created = client.post("/api/sessions/", json={})
+    assert created.status_code == 201, created.text
+    reload_list(admin)  # a new session: the list is swapped in one step, never shown empty
+    admin.wait_text("#sessions", f"#{created.json()['id']} ", what="the session made through the API")
+    assert admin.driver.execute_script("return [window.listSwaps, window.listSeenEmpty]") == [1, False]
