@@ -149,7 +149,7 @@
     if (event.kind === "user") li.appendChild(el("span", "user", p.content));
     else if (event.kind === "assistant") {
       $("live").textContent = "";
-      li.appendChild(el("span", "assistant", (p.content || "") + (p.tool_calls || []).map((c) => `\n→ ${c.name}(${c.arguments})`).join("")));
+      li.appendChild(el("span", "assistant", (p.content || "") + (p.tool_calls || []).map((c) => `\n→ ${callText(c)}`).join("")));
     } else if (event.kind === "tool_result") li.appendChild(el("span", "tool", `[${p.status}] ${p.name}: ${p.content}`));
     else if (event.kind === "control:approval_requested") li.appendChild(approvalCard(event));
     else if (event.kind === "control:approval_resolved") li.appendChild(el("span", "tool", `${p.status} by ${p.by || "?"}${p.reason ? ` — “${p.reason}”` : ""}`));
@@ -177,6 +177,20 @@
       if (e.code >= 4400 && e.code < 4500) { $("status").textContent = `This session cannot be opened (${e.code}).`; return; }
       setTimeout(() => session === current && connect(), 1000);
     };
+  }
+
+  // A tool call as the model asked for it. Arguments with a multi-line text (a file to write, a
+  // report) read as that text, one argument per line, instead of one JSON line full of "\n".
+  function callText(c) {
+    let args = null;
+    try { args = JSON.parse(c.arguments); } catch { /* shown as sent */ }
+    const multiline = (v) => typeof v === "string" && v.includes("\n");
+    if (!args || typeof args !== "object" || Array.isArray(args) || !Object.values(args).some(multiline)) {
+      return `${c.name}(${c.arguments})`;
+    }
+    const lines = Object.entries(args).map(([key, value]) =>
+      multiline(value) ? `  ${key}:\n${value.replace(/^/gm, "    ")}` : `  ${key}: ${JSON.stringify(value)}`);
+    return `${c.name}(\n${lines.join("\n")}\n)`;
   }
 
   function open(id) {

@@ -38,4 +38,8 @@ def test_the_console_streams_a_run_and_resolves_its_approval_from_the_card(
     page.wait_text("#status", "exchange ended: completed", what="the run to finish after the approval")
     events = page.text("#events")
     assert "control:approval_resolved" in events and "Diagnosis written to reports/findings.md" in events
+    # The write's multi-line content reads as text, one argument per line, not as JSON with "\n".
+    call = next(text for text in page.texts("#events li .assistant") if "→ write_file(" in text)
+    assert '  path: "reports/findings.md"' in call and "  content:\n    # Findings" in call, call
+    assert "\\n" not in call, call
     page.screenshot("completed")
