@@ -93,12 +93,13 @@ def kind_for_label(label: str) -> AuditKind:
 # The live admin topics a kind's committed row announces (``skald.core.live``): the queues and homes
 # follow approvals, runs and cases, proposals; the auditor's chain panel follows every row of those
 # and the heads. Loop and tool-call rows (2xx, 3xx) announce nothing here: the run page follows them
-# on the session's own websocket.
+# on the session's own websocket. One loop row does: a new session, for the console's session list.
 _LIVE_TOPICS_BY_BAND: dict[int, tuple[str, ...]] = {
     1: ("audit",), 4: ("approvals", "audit"), 5: ("runs", "audit"), 6: ("proposals", "audit"),
 }
+_LIVE_TOPICS_BY_KIND: dict[AuditKind, tuple[str, ...]] = {AuditKind.SESSION_CREATED: ("sessions",)}
 
 
 def live_topics(kind: AuditKind) -> tuple[str, ...]:
     """The live topics a committed row of ``kind`` announces (none for most loop rows)."""
-    return _LIVE_TOPICS_BY_BAND.get(int(kind) // 100, ())
+    return _LIVE_TOPICS_BY_KIND.get(kind) or _LIVE_TOPICS_BY_BAND.get(int(kind) // 100, ())

@@ -18,12 +18,15 @@ from skald.core.group_send import group_send_soon
 from skald.core.roles import GOVERNANCE_ROLES, has_role
 
 # Each topic and the permission a viewer needs to hear it (the pages that show it require the same;
-# runs and cases are every governance role's context, so their topic is too).
+# runs and cases are every governance role's context, so their topic is too). "sessions" needs none:
+# its notice says only that some session was created, and the console that hears it re-reads the
+# list the viewer may see (``GET /api/sessions/``, under the access model).
 LIVE_TOPICS: dict[str, str] = {
     "approvals": "approvals.view_pendingapproval",
     "runs": "skald.view_run",
     "proposals": "proposals.view_proposal",
     "audit": "audit.view_auditevent",
+    "sessions": "",
 }
 
 
@@ -31,6 +34,8 @@ def live_topic_allowed(user: Any, topic: str) -> bool:
     """Whether ``user`` may follow ``topic`` (an unknown topic: no)."""
     if topic not in LIVE_TOPICS:
         return False
+    if not LIVE_TOPICS[topic]:
+        return True
     return bool(user.has_perm(LIVE_TOPICS[topic])) or (topic == "runs" and has_role(user, *GOVERNANCE_ROLES))
 MESSAGE_TYPE = "live.changed"  # the consumer's handler: ``live_changed``
 

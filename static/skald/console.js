@@ -255,7 +255,25 @@
     const r = await api(`/api/sessions/${session}/stop/`, {method: "POST"});
     if (r.ok) pending("Stop requested.", mark); else $("status").textContent = problem(r.body, r.status);
   };
+  // The list follows the admin live socket: a session created or an approval parked or answered
+  // anywhere announces its topic once committed, and the list re-reads what this viewer may see.
+  // Without the socket (a viewer it refuses, or while it reconnects) the list polls every 5 s.
+  let following = false;
+  function follow() {
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    const live = new WebSocket(`${scheme}://${location.host}/ws/admin/live/?topics=sessions,approvals`);
+    live.onmessage = (m) => {
+      const notice = JSON.parse(m.data);
+      if (notice.type === "joined") { following = true; $("sessions-live").hidden = false; load(); }
+      else if (notice.type === "changed") load();
+    };
+    live.onclose = (e) => {
+      following = false; $("sessions-live").hidden = true;
+      if (e.code < 4400 || e.code >= 4500) setTimeout(follow, 2000);  // 44xx: not this viewer's; keep polling
+    };
+  }
   load();
-  setInterval(load, 5000);  // new sessions and waiting badges
+  follow();
+  setInterval(() => { if (!following) load(); }, 5000);
   document.addEventListener("visibilitychange", () => { if (!document.hidden) load(); });
 })();

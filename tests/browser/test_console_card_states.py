@@ -5,8 +5,9 @@ The stack runs with four eyes on, so an approver who asks for a gated write in t
 may not approve it: the refusal shows on the card, which stays answerable. Stopping the session
 then cancels the parked call: the card says so and offers no buttons.
 
-The session list beside the cards reloads itself: it keeps its elements while nothing changed and
-swaps in a changed list at once, never showing an empty one meanwhile.
+The session list beside the cards follows the admin live socket: it keeps its elements while
+nothing changed, and a session started elsewhere appears by itself, swapped in at once, never
+showing an empty list meanwhile.
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ def reload_list(admin: Admin) -> None:
                                           "the session list to load again")
 
 
-def test_the_session_list_is_left_alone_until_it_changes_and_never_flickers_empty(admin: Admin,
+def test_the_session_list_follows_new_sessions_live_and_never_flickers_empty(admin: Admin,
                                                                                    stack: Stack) -> None:
     admin.login("approver")
     admin.open("/console/")
@@ -149,9 +150,11 @@ def test_the_session_list_is_left_alone_until_it_changes_and_never_flickers_empt
     assert admin.driver.execute_script("return window.listSwaps") == 0
     assert admin.driver.execute_script("return document.querySelector('#sessions li').skaldMark") == "kept"
 
+    # The list follows the live socket (and does not poll meanwhile): a session started elsewhere
+    # appears by itself, swapped in one step, never shown empty.
+    admin.wait_text("#sessions-live", "live", what="the list to follow the live socket")
     with stack.http(stack.token("approver")) as client:
         created = client.post("/api/sessions/", json={})
     assert created.status_code == 201, created.text
-    reload_list(admin)  # a new session: the list is swapped in one step, never shown empty
     admin.wait_text("#sessions", f"#{created.json()['id']} ", what="the session made through the API")
     assert admin.driver.execute_script("return [window.listSwaps, window.listSeenEmpty]") == [1, False]

@@ -20,6 +20,7 @@ from audit.actors import Actor
 from audit.kinds import AuditKind
 from audit.services import audit_append
 from skald.asgi import application
+from skald.loop_adapters.store import kernel_store
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -123,3 +124,25 @@ async def test_it_refuses_whoever_may_not_follow_the_topics(request: pytest.Fixt
     ws = await socket(topics, user)
     connected, closed_with = await ws.connect()
     assert not connected and closed_with == code
+
+
+async def test_the_console_hears_a_new_session_and_nothing_of_its_turns(bob: User) -> None:
+    """The console's session list follows "sessions": a session created anywhere announces itself
+    once committed (whoever watches re-reads the list it may see); the turns inside do not."""
+    ws = await socket("sessions,approvals", bob)  # a reviewer: approvals are not his to follow
+    assert (await ws.connect())[0]
+    assert await ws.receive_json_from(WAIT) == {"type": "joined", "topics": ["sessions"]}
+    await in_thread(lambda: write(AuditKind.TURN_ENDED))
+
+    def create() -> None:
+        try:
+            kernel_store().create_session(owner_id=bob.pk, agent="troubleshooter", source="web", title="Checkout",
+                                          principal=f"user:{bob.pk}")
+        finally:
+            connection.close()
+
+    await in_thread(create)
+    assert await ws.receive_json_from(WAIT) == {"type": "changed", "topic": "sessions",
+                                                "kind": "loop.session.created"}
+    assert await ws.receive_nothing()
+    await ws.disconnect()
