@@ -234,12 +234,17 @@ def _server() -> tuple[str, str]:
     return connection.vendor, f"PostgreSQL {version} (synchronous_commit={sync})"
 
 
-def _sample_queries(env: LoopEnv, provider: TimedProvider, number: int) -> tuple[int, dict[str, int]]:
+def _sample_queries(owner_id: int, provider: TimedProvider, workspace: Path) -> tuple[int, dict[str, int]]:
+    """The statements of one plain exchange: the second on a fresh session (the first fills the
+    process's context window), as ``tests/skald/test_turn_statements.py`` pins them. Not a turn of
+    the long session: every so often one of those also compacts, and would be counted as typical."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
+    env = build_env(create_session(owner_id, "sampled"), provider, workspace)
+    run_turn(env, provider, 1)
     with CaptureQueriesContext(connection) as captured:
-        run_turn(env, provider, number)
+        run_turn(env, provider, 2)
     kinds = Counter(query["sql"].split(None, 1)[0].upper() for query in captured.captured_queries)
     return len(captured.captured_queries), dict(kinds.most_common())
 
@@ -295,7 +300,7 @@ def measure(*, turns: int = TURNS, warmup: int = WARMUP_TURNS, workspace: Path) 
     audit_rows = AuditEvent.objects.count() - audit_before
     events = SessionEvent.objects.filter(session=session).count()
 
-    queries, kinds = _sample_queries(env, provider, turns + 1)
+    queries, kinds = _sample_queries(user.pk, provider, workspace)
     chain_ok = chain_verify().ok
 
     ms = [value * 1000 for value in overhead]
