@@ -1,25 +1,25 @@
 """PostgreSQL: ``audit_chain_link(...)`` takes the chain's append lock, reads the tip and links the
 given rows to it (seq, time, prev_hash, hash), all on the server, so that an append is one
-``INSERT … SELECT * FROM audit_chain_link(…)`` and costs no round trip of its own (issue 14). It
-replaces ``audit_chain_tip`` (migration 0007), which only locked and read the tip, leaving the
-hashing to the client and a round trip between the two.
+``INSERT … SELECT * FROM audit_chain_link(…)`` and costs no round trip of its own (issue 14). This
+release no longer calls ``audit_chain_tip`` (migration 0007), which only locked and read the tip,
+leaving the hashing to the client and a round trip between the two. It stays, so that workers of
+the previous release keep appending during a rolling upgrade: both take the same advisory lock and
+link the same way, so their rows interleave into one chain that verifies.
 
 The hashed text is the one :func:`audit.chain.row_hash` hashes: the client sends the canonical
 JSON around the values only the server knows, ``head`` (``["skald.audit.v1",``) and each row's
 tail (the fields after the time, JSON-encoded, without brackets); the server puts the seq, the
 time (ISO-8601, six fractional digits, ``Z``) and ``prev_hash`` between them. The rows travel as
 one JSON array of ``[time, actor_type, actor_id, kind, subject_type, subject_id, payload, tail]``:
-one parameter, parsed by the server in C (psycopg dumps a Python list as an array in Python). Python verifies the
-result offline exactly as before. A row's time is never earlier than the tip's, so times grow with
-seq as they did when the client read the clock under the lock.
+one parameter, parsed by the server in C (psycopg dumps a Python list as an array in Python).
+Python verifies the result offline exactly as before. A row's time is never earlier than the tip's,
+so times grow with seq as they did when the client read the clock under the lock.
 
 The lock is taken before the tip is read, and a VOLATILE PL/pgSQL function runs each statement
 with a fresh snapshot, so the tip read sees every append committed before the lock was granted.
 """
 
 from __future__ import annotations
-
-from importlib import import_module
 
 from django.db import migrations
 
@@ -65,19 +65,14 @@ $$
 """
 DROP = "DROP FUNCTION IF EXISTS audit_chain_link(bigint, text, text, json)"
 
-TIP_DROP = "DROP FUNCTION IF EXISTS audit_chain_tip(bigint)"
-
 
 def create(apps, schema_editor) -> None:  # noqa: ANN001 - migration signature
     if schema_editor.connection.vendor == "postgresql":
         schema_editor.execute(CREATE)
-        schema_editor.execute(TIP_DROP)
 
 
 def drop(apps, schema_editor) -> None:  # noqa: ANN001
     if schema_editor.connection.vendor == "postgresql":
-        # Back to 0007's function, as 0007 created it.
-        schema_editor.execute(import_module("audit.migrations.0007_chain_tip_function").CREATE)
         schema_editor.execute(DROP)
 
 

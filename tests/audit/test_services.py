@@ -18,6 +18,7 @@ from audit.kinds import AuditKind
 from audit.models import AuditEvent, ChainHead
 from audit.selectors import audit_rows_in_chain_order
 from audit.services import (
+    CHAIN_LOCK_KEY,
     AuditEntry,
     AuditOutsideTransaction,
     audit_append,
@@ -154,6 +155,26 @@ def test_rows_appended_in_one_statement_link_in_order_and_never_go_back_in_time(
                                           for row in rows]
     assert [first.time, *(row.time for row in rows[1:])] == [later] * 6  # the clock said 5 s earlier
     assert (second.time, second.prev_hash, second.hash) == (rows[5].time, rows[4].hash, rows[5].hash)
+    assert chain_verify().ok
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL only: the functions of a rolling "
+                    "upgrade exist there (SQLite links in Python under BEGIN IMMEDIATE, as before)")
+def test_a_previous_release_appending_beside_this_one_keeps_one_chain():
+    """A rolling upgrade: a worker of the previous release still takes the lock and reads the tip
+    with ``audit_chain_tip`` and links its row in Python; its rows and this release's, linked on
+    the server, make one chain that verifies."""
+    append()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT tip_seq, tip_hash FROM audit_chain_tip(%s)", [CHAIN_LOCK_KEY])
+        seq, prev_hash = cursor.fetchone()
+        fields = {"seq": seq + 1, "time": datetime.now(UTC), "actor_type": "user", "actor_id": "1",
+                  "kind": int(AuditKind.CASE_UPDATED), "subject_type": "skald.case", "subject_id": "7",
+                  "payload": '{"release":"previous"}', "prev_hash": prev_hash}
+        AuditEvent.objects.create(**fields, hash=chain.row_hash(**fields))
+    last = append()
+    assert (last.seq, last.prev_hash) == (3, AuditEvent.objects.get(seq=2).hash)
     assert chain_verify().ok
 
 
