@@ -95,7 +95,7 @@ def test_the_approvers_home_and_queue_show_calls_a_worker_parks(admin: Admin, st
     wait_rows(admin, 2, "the second parked call")
     assert_same_page(admin, "[data-live-page]")
     # The swapped list is a working list: ticking a row arms Django's actions as on a fresh page.
-    admin.driver.find_elements(By.CSS_SELECTOR, "#result_list input.action-select")[0].click()
+    admin.click("#result_list tbody tr:first-child input.action-select")
     admin.wait_text(".action-counter", "1 of 2 selected")
     admin.screenshot("live-approver-queue")
     admin.logout()
