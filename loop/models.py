@@ -183,12 +183,17 @@ class SessionEvent(models.Model):
     kind = models.CharField(max_length=48)
     narrative = models.CharField(max_length=96, blank=True)
     payload = models.JSONField(default=dict)
-    idempotency_key = models.CharField(max_length=200, unique=True)
+    # Unique by a constraint, not ``unique=True``: on PostgreSQL the field option also builds a
+    # varchar_pattern_ops index for LIKE, which nothing runs and every appended row would maintain.
+    idempotency_key = models.CharField(max_length=200)
     created_at = models.DateTimeField()
 
     class Meta:
         ordering = ["session_id", "seq"]
-        constraints = [models.UniqueConstraint(fields=["session", "seq"], name="loop_event_unique_seq")]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "seq"], name="loop_event_unique_seq"),
+            models.UniqueConstraint(fields=["idempotency_key"], name="loop_event_unique_key"),
+        ]
 
     def __str__(self) -> str:
         return f"#{self.seq} {self.narrative}{self.kind}"
