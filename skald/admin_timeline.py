@@ -64,6 +64,8 @@ def describe(event: SessionEvent, *, agent: str, user: str, names: Mapping[str, 
     kind = event.kind
     if kind == "user":
         author = str(p.get("author") or "")
+        if author.startswith("agent:"):  # a delegating agent's task for its child: that agent wrote it
+            return author.removeprefix("agent:"), "who-agent", clip_to_line(p.get("content", ""), SNIPPET), "", ""
         # Runs record their launcher as ``user:<id>``; the page names the person instead.
         return (author if author and not author.startswith("user:") else user), "who-user", \
             clip_to_line(p.get("content", ""), SNIPPET), "", ""

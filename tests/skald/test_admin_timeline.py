@@ -23,7 +23,9 @@ def test_it_writes_one_line_per_event_in_words_and_folds_journal_rows() -> None:
         event(4, "tool_result", {"key": "e1:t1:c0", "name": "read_logs", "content": "pool exhausted"}),
         event(5, "control:tool_done", {"key": "e1:t1:c0"}),
         event(6, "control:approval_resolved", {"status": "approved", "by": "user:3", "reason": "fine"}),
-        event(7, "assistant", {"content": "Done.", "turn": 2}, narrative="child:researcher:"),
+        event(7, "user", {"content": "Look at the pool.", "author": "agent:troubleshooter"},
+              narrative="child:researcher:"),
+        event(8, "assistant", {"content": "Done.", "turn": 2}, narrative="child:researcher:"),
     ]
     lines = timeline_lines(events, agent="troubleshooter", user="alice", names={"user:3": "carol"})
     assert [(line.who, line.text) for line in lines] == [
@@ -31,11 +33,13 @@ def test_it_writes_one_line_per_event_in_words_and_folds_journal_rows() -> None:
         ("troubleshooter", "calls read_logs()"),
         ("tool read_logs", "pool exhausted"),
         ("carol", "answered the parked call — “fine”"),
+        ("troubleshooter", "Look at the pool."),  # the delegating agent's task, by its name
         ("researcher", "Done."),
     ]
     assert [sub.seq for sub in lines[1].folded] == [3] and [sub.seq for sub in lines[2].folded] == [5]
     assert lines[2].outcome == "completed" and lines[3].outcome == "approved"
-    assert [line.depth for line in lines] == [0, 0, 0, 0, 1]
+    assert (lines[4].who_css, lines[0].who_css) == ("who-agent", "who-user")
+    assert [line.depth for line in lines] == [0, 0, 0, 0, 1, 1]
 
 
 def test_a_failed_tool_reads_as_an_error_and_the_receipt_is_a_table() -> None:
