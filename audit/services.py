@@ -16,7 +16,6 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connection, transaction
-from django.utils.dateparse import parse_datetime
 
 from audit import chain
 from audit.actors import Actor
@@ -56,8 +55,8 @@ def _read_tip(cursor: Any) -> _Tip:
     row = cursor.fetchone()
     if row is None:
         return 0, GENESIS, None
-    time = row[2] if isinstance(row[2], datetime) else parse_datetime(row[2])
-    return int(row[0]), row[1], time.replace(tzinfo=UTC) if time and time.tzinfo is None else time
+    time: datetime = row[2]  # naive UTC: Django's SQLite backend converts declared datetime columns
+    return int(row[0]), row[1], time.replace(tzinfo=UTC)
 
 
 class _TipMarker:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from django.db import migrations
 
+from audit.migrations._postgres import postgres_only
+
 CREATE = """
 CREATE OR REPLACE FUNCTION audit_chain_tip(lock_key bigint) RETURNS TABLE (tip_seq bigint, tip_hash varchar)
 LANGUAGE plpgsql VOLATILE AS $$
@@ -23,16 +25,6 @@ $$
 DROP = "DROP FUNCTION IF EXISTS audit_chain_tip(bigint)"
 
 
-def create(apps, schema_editor) -> None:  # noqa: ANN001 - migration signature
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(CREATE)
-
-
-def drop(apps, schema_editor) -> None:  # noqa: ANN001
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(DROP)
-
-
 class Migration(migrations.Migration):
     dependencies = [("audit", "0006_compaction_and_hook_error_kinds")]
-    operations = [migrations.RunPython(create, drop)]
+    operations = [postgres_only(CREATE, DROP)]

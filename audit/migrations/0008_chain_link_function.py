@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from django.db import migrations
 
+from audit.migrations._postgres import postgres_only
+
 CREATE = """
 CREATE OR REPLACE FUNCTION audit_chain_link(lock_key bigint, genesis text, head text, rows json)
 RETURNS TABLE (
@@ -66,16 +68,6 @@ $$
 DROP = "DROP FUNCTION IF EXISTS audit_chain_link(bigint, text, text, json)"
 
 
-def create(apps, schema_editor) -> None:  # noqa: ANN001 - migration signature
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(CREATE)
-
-
-def drop(apps, schema_editor) -> None:  # noqa: ANN001
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(DROP)
-
-
 class Migration(migrations.Migration):
     dependencies = [("audit", "0007_chain_tip_function")]
-    operations = [migrations.RunPython(create, drop)]
+    operations = [postgres_only(CREATE, DROP)]

@@ -21,9 +21,14 @@ def token_version(user_id: Any) -> int:
     return TokenRevocation.objects.filter(user_id=user_id).values_list("version", flat=True).first() or 0
 
 
+def issued_under(token: Token | dict[str, Any], version: int) -> bool:
+    """Whether a validated token was issued under ``version`` of its user's tokens or a later one."""
+    return int(token.get(VERSION_CLAIM, 0) or 0) >= version
+
+
 def token_is_current(token: Token | dict[str, Any], user_id: Any) -> bool:
     """Whether a validated token was issued under the user's current version (no revocation since)."""
-    return int(token.get(VERSION_CLAIM, 0) or 0) >= token_version(user_id)
+    return issued_under(token, token_version(user_id))
 
 
 class VersionedRefreshToken(RefreshToken):
@@ -59,8 +64,7 @@ class RevocableJWTAuthentication(JWTAuthentication):
 
     def get_user(self, validated_token: Token) -> Any:
         user = super().get_user(validated_token)  # simplejwt's checks, through the annotated query
-        current: int = user.skald_token_version  # type: ignore[attr-defined]  # the annotation above
-        if int(validated_token.get(VERSION_CLAIM, 0) or 0) < current:
+        if not issued_under(validated_token, user.skald_token_version):  # type: ignore[attr-defined]  # annotated above
             raise AuthenticationFailed("Token has been revoked.", code="token_not_valid")
         return user
 

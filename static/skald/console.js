@@ -122,7 +122,7 @@
     if (event.type === "approval.accepted") {
       const card = cards.get(event.request_id);
       if (card) card.querySelector(".state").textContent = `Sent: ${event.status}. The run continues.`;
-      load();  // the session's "approval waiting" badge
+      if (!following()) load();  // the session's "approval waiting" badge (the live socket says so when joined)
       return;
     }
     if (event.type === "stop.accepted") { pending("Stop requested.", userSeq); return; }  // unless it ended already
@@ -255,25 +255,12 @@
     const r = await api(`/api/sessions/${session}/stop/`, {method: "POST"});
     if (r.ok) pending("Stop requested.", mark); else $("status").textContent = problem(r.body, r.status);
   };
-  // The list follows the admin live socket: a session created or an approval parked or answered
-  // anywhere announces its topic once committed, and the list re-reads what this viewer may see.
-  // Without the socket (a viewer it refuses, or while it reconnects) the list polls every 5 s.
-  let following = false;
-  function follow() {
-    const scheme = location.protocol === "https:" ? "wss" : "ws";
-    const live = new WebSocket(`${scheme}://${location.host}/ws/admin/live/?topics=sessions,approvals`);
-    live.onmessage = (m) => {
-      const notice = JSON.parse(m.data);
-      if (notice.type === "joined") { following = true; $("sessions-live").hidden = false; load(); }
-      else if (notice.type === "changed") load();
-    };
-    live.onclose = (e) => {
-      following = false; $("sessions-live").hidden = true;
-      if (e.code < 4400 || e.code >= 4500) setTimeout(follow, 2000);  // 44xx: not this viewer's; keep polling
-    };
-  }
+  // The list follows the admin live socket (static/skald/live.js): a session created or an approval
+  // parked or answered anywhere announces its topic once committed, and the list re-reads what this
+  // viewer may see; the socket's (re)join re-reads it too. A viewer the socket refuses polls instead.
+  const aside = document.querySelector("aside");
+  const following = () => aside.classList.contains("live-connected");
   load();
-  follow();
-  setInterval(() => { if (!following) load(); }, 5000);
+  window.SkaldLive.listen([{node: aside, topics: ["sessions", "approvals"], refresh: load}]);
   document.addEventListener("visibilitychange", () => { if (!document.hidden) load(); });
 })();

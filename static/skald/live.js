@@ -149,4 +149,7 @@
     listen(targets);
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start); else start();
+  // For a page that renders its own list (the console): listen([{node, topics, refresh}]) follows
+  // those topics on the same socket, marks node.live-connected while joined, and polls if refused.
+  window.SkaldLive = {listen};
 })();

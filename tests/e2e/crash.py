@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from skald.core.child_env import hermetic_env
+
 BASE_DIR = Path(__file__).resolve().parents[2]
 LEASE_SECONDS = 1
 SETTLE_WITHIN = LEASE_SECONDS + 10
@@ -46,7 +48,6 @@ CASES: tuple[tuple[str, str], ...] = (tuple(("turn", p) for p in TURN_POINTS)
                                       + tuple(("compaction", p) for p in COMPACTION_POINTS)
                                       + tuple(("child", p) for p in CHILD_POINTS)
                                       + tuple(("child-appr", p) for p in CHILD_APPROVAL_POINTS))
-_SCRUBBED = ("SKALD_", "DATABASE_URL", "REDIS_URL", "BRAIN_")
 
 
 @dataclass(frozen=True)
@@ -69,10 +70,9 @@ def _with_dbname(url: str, name: str) -> str:
 
 
 def _env(workdir: Path, extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUBBED)}
-    env.update(DJANGO_SETTINGS_MODULE="skald.settings", SKALD_VAR_DIR=str(workdir / "var"), SKALD_DEBUG="0",
-               SKALD_LOG_LEVEL="WARNING", SKALD_LEASE_SECONDS=str(LEASE_SECONDS), PYTHONUNBUFFERED="1")
-    env.update(extra)
+    env = hermetic_env(SKALD_VAR_DIR=str(workdir / "var"), SKALD_DEBUG="0", SKALD_LOG_LEVEL="WARNING",
+                       SKALD_LEASE_SECONDS=str(LEASE_SECONDS), PYTHONUNBUFFERED="1")
+    env.update(extra)  # the caller's values win (a run's database, failpoints, compaction)
     return env
 
 

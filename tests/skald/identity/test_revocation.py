@@ -13,11 +13,12 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import Group, User
 from django.db import connections
 from django.test import Client
-from rest_framework.test import APIClient
+from rest_framework.test import APIClient, APIRequestFactory
 
 from loop.models import Session
 from skald.agents.seed import seed_agents
 from skald.asgi import application
+from skald.identity.tokens import RevocableJWTAuthentication
 from skald.sessions import services
 from tests.conftest import PASSWORD, make_user
 
@@ -67,10 +68,6 @@ def test_a_revoked_users_refresh_and_access_tokens_stop_at_once(revoke: Callable
 @pytest.mark.django_db
 def test_a_bearer_token_is_checked_against_the_users_token_version_in_the_one_user_query(
         django_assert_num_queries: Any) -> None:
-    from rest_framework.test import APIRequestFactory
-
-    from skald.identity.tokens import RevocableJWTAuthentication
-
     erin = make_user("erin", "operator")
     request = APIRequestFactory().get("/api/sessions/", HTTP_AUTHORIZATION=f"Bearer {sign_in('erin')['access']}")
     with django_assert_num_queries(1):  # the user and the version together, as every API request reads them
