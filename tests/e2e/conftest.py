@@ -16,7 +16,8 @@ from tests.e2e.stack import Launch, Stack, launch
 
 @pytest.fixture(scope="module")
 def launch_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launch]:
-    """``launch_stack(extra_env={...}, var_dir=None, wait=True)`` → a running :class:`Stack`.
+    """``launch_stack(extra_env={...}, var_dir=None, wait=True, fresh=False)`` → a running
+    :class:`Stack` (``fresh``: from an empty var dir, see :func:`tests.e2e.stack.launch`).
 
     Every stack still running at the end of the module is stopped with SIGTERM; its stop asserts a
     zero exit and that no daphne or qcluster process of its tree is left behind.
@@ -24,8 +25,8 @@ def launch_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launch]:
     started: list[Stack] = []
 
     def start(extra_env: Mapping[str, str] | None = None, *, var_dir: Path | None = None,
-              wait: bool = True) -> Stack:
-        stack = launch(var_dir or tmp_path_factory.mktemp("var"), extra_env, wait=wait)
+              wait: bool = True, fresh: bool = False) -> Stack:
+        stack = launch(var_dir or tmp_path_factory.mktemp("var"), extra_env, wait=wait, fresh=fresh)
         started.append(stack)
         return stack
 

@@ -4,12 +4,16 @@ client. Nothing is mocked; processes are found through ``/proc``."""
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -174,9 +178,31 @@ class Stack:
 Launch = Callable[..., "Stack"]  # the ``launch_stack`` fixture's type
 
 
-def launch(var_dir: Path, extra_env: Mapping[str, str] | None = None, *, wait: bool = True) -> Stack:
-    """Start ``python -m skald.launcher`` on a free port; with ``wait``, return once /healthz answers."""
+@functools.cache
+def migrated_sqlite() -> Path:
+    """A SQLite file with every migration applied, made once per process (``manage.py migrate``
+    into a throw-away var dir) and removed at exit."""
+    home = Path(tempfile.mkdtemp(prefix="skald-migrated-"))
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    done = subprocess.run([sys.executable, "manage.py", "migrate", "--verbosity", "0"], cwd=BASE_DIR,
+                          env=hermetic_env(SKALD_VAR_DIR=str(home)), capture_output=True, text=True, check=False)
+    assert done.returncode == 0, f"migrating the stacks' template failed:\n{done.stderr[-3000:]}"
+    return home / "skald.sqlite3"
+
+
+def launch(var_dir: Path, extra_env: Mapping[str, str] | None = None, *, wait: bool = True,
+           fresh: bool = False) -> Stack:
+    """Start ``python -m skald.launcher`` on a free port; with ``wait``, return once /healthz answers.
+
+    A stack on a new SQLite var dir starts from a copy of :func:`migrated_sqlite` (its launcher
+    then finds nothing to migrate and seeds as on any start), which spares each boot about two
+    seconds of migrations; ``fresh`` starts from an empty var dir as ``make run`` does the first time.
+    """
     var_dir.mkdir(parents=True, exist_ok=True)
+    database = var_dir / "skald.sqlite3"
+    own_database = any(name in (extra_env or {}) for name in ("DATABASE_URL", "SKALD_SQLITE_PATH"))
+    if not (fresh or own_database or database.exists()):
+        shutil.copyfile(migrated_sqlite(), database)
     port = free_port()
     env = hermetic_env(HOST="127.0.0.1", PORT=str(port), SKALD_VAR_DIR=str(var_dir), SKALD_DEMO_PASSWORD=PASSWORD,
                        PYTHONUNBUFFERED="1")

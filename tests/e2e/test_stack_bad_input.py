@@ -18,7 +18,8 @@ from skald.core.child_env import hermetic_env
 from tests.e2e import attack
 from tests.e2e.stack import BASE_DIR, Launch, Stack
 
-pytestmark = pytest.mark.e2e
+# One worker runs the whole module: its module-scoped stack boots once, not once per xdist worker.
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("stack_bad_input")]
 
 
 @pytest.fixture(scope="module")

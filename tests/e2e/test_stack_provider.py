@@ -26,7 +26,8 @@ from tests.loop.providers.fake_openai_server import (
     tool_call_chunks,
 )
 
-pytestmark = pytest.mark.e2e
+# One worker runs the whole module: its module-scoped stack boots once, not once per xdist worker.
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("stack_provider")]
 
 KIB = 1024
 TOOL_OUTPUT_CAP = 16 * KIB

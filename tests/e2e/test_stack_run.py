@@ -12,12 +12,13 @@ import pytest
 from skald.demo import DEMO_CASE_TITLE
 from tests.e2e.stack import PASSWORD, Launch, Stack, paginator_count, wait_for, wait_ready
 
-pytestmark = pytest.mark.e2e
+# One worker runs the whole module: its module-scoped stack boots once, not once per xdist worker.
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("stack_run")]
 
 
 @pytest.fixture(scope="module")
 def stack(launch_stack: Launch) -> Stack:
-    return launch_stack()
+    return launch_stack(fresh=True)  # the first start on a new machine: it migrates too
 
 
 @contextmanager
