@@ -197,6 +197,8 @@ class Result:
     query_kinds: dict[str, int]
     chain_ok: bool
     commit_ms: float = 0.0
+    round_trip_ms: float = 0.0  # one statement's round trip inside a transaction (probe)
+    wait_median_ms: float = 0.0  # per turn: overhead minus this process's CPU (waiting on the database)
     cpu_median_ms: float = 0.0  # this process's CPU per turn: less sensitive to a loaded machine than wall time
     load_average: float = 0.0
     edge: int = EDGE
@@ -267,6 +269,22 @@ def commit_probe(samples: int = 100) -> float:
     return statistics.median(timings) * 1000
 
 
+def round_trip_probe(samples: int = 2000) -> float:
+    """Median milliseconds of one statement that asks the server for nothing (``SELECT 1``) inside an
+    open transaction, through Django's cursor as the store's statements go: what each of a turn's
+    statements pays before the server does any work. On SQLite it is an in-process call."""
+    from django.db import connection, transaction
+
+    timings = []
+    with transaction.atomic(), connection.cursor() as cursor:
+        for _ in range(samples):
+            started = time.perf_counter()
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+            timings.append(time.perf_counter() - started)
+    return statistics.median(timings) * 1000
+
+
 def measure(*, turns: int = TURNS, warmup: int = WARMUP_TURNS, workspace: Path) -> Result:
     """Warm up on one session, then time ``turns`` bench turns on a fresh one."""
     from django.contrib.auth import get_user_model
@@ -277,6 +295,7 @@ def measure(*, turns: int = TURNS, warmup: int = WARMUP_TURNS, workspace: Path) 
 
     backend, server = _server()
     commit_ms = commit_probe()
+    round_trip_ms = round_trip_probe()
     user = get_user_model().objects.create_user(username="alice")
     provider = bench_provider()
 
@@ -297,6 +316,7 @@ def measure(*, turns: int = TURNS, warmup: int = WARMUP_TURNS, workspace: Path) 
         provider_times.append(in_provider)
     run_s = time.perf_counter() - started
     cpu_median_ms = statistics.median(CPU_SECONDS) * 1000
+    wait_median_ms = statistics.median(max(0.0, o - c) for o, c in zip(overhead, CPU_SECONDS, strict=True)) * 1000
     audit_rows = AuditEvent.objects.count() - audit_before
     events = SessionEvent.objects.filter(session=session).count()
 
@@ -316,6 +336,7 @@ def measure(*, turns: int = TURNS, warmup: int = WARMUP_TURNS, workspace: Path) 
         provider_median_ms=statistics.median(provider_times) * 1000,
         events=events, events_per_s=events / sum(overhead), audit_rows_per_turn=audit_rows / turns,
         queries_per_turn=queries, query_kinds=kinds, chain_ok=chain_ok, commit_ms=commit_ms,
+        round_trip_ms=round_trip_ms, wait_median_ms=wait_median_ms,
         edge=edge, warmup=warmup, blocks_ms=blocks, run_s=run_s, cpu_median_ms=cpu_median_ms,
         load_average=os.getloadavg()[0],
     )
@@ -357,6 +378,11 @@ def report(result: Result) -> str:
         f"  queries per turn     {result.queries_per_turn}   ({kinds})",
         f"  commit floor         {result.commit_ms:.2f} ms per one-row durable transaction (probe) x "
         f"{commits} commits per turn = {result.commit_ms * commits:.2f} ms",
+        f"  round-trip floor     {result.round_trip_ms * 1000:.0f} us per statement (SELECT 1 probe) x "
+        f"{result.queries_per_turn - commits} other statements = "
+        f"{result.round_trip_ms * (result.queries_per_turn - commits):.2f} ms",
+        f"  time split           {result.cpu_median_ms:.2f} ms CPU in this process + {result.wait_median_ms:.2f} ms "
+        "waiting (medians per turn; waiting = overhead - CPU: the server's work, its flushes and the round trips)",
         f"  timings              migrate {result.migrate_s:.1f} s, {result.turns} turns {result.run_s:.1f} s wall",
     ])
 
