@@ -187,6 +187,8 @@ def migrated_sqlite() -> Path:
     done = subprocess.run([sys.executable, "manage.py", "migrate", "--verbosity", "0"], cwd=BASE_DIR,
                           env=hermetic_env(SKALD_VAR_DIR=str(home)), capture_output=True, text=True, check=False)
     assert done.returncode == 0, f"migrating the stacks' template failed:\n{done.stderr[-3000:]}"
+    # The process closed its connections, so the WAL was checkpointed into the file: one file to copy.
+    assert not (home / "skald.sqlite3-wal").exists(), "the migrated template left a WAL behind"
     return home / "skald.sqlite3"
 
 
