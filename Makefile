@@ -21,9 +21,10 @@ run: $(STAMP)
 test: $(STAMP)
 	@$(PY) -m skald.testrun
 
-# A developer's quick run: SQLite, no browser or real-stack tests, property tests at a twentieth.
+# A developer's quick run: SQLite, no browser, real-stack or slow tests (child processes, the API
+# contract's generated requests), property tests at a twentieth. `make test` runs them all.
 quick: $(STAMP)
-	@$(PY) -m pytest -q -n auto -m "not e2e and not browser"
+	@$(PY) -m pytest -q -n auto -m "not e2e and not browser and not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

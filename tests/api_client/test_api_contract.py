@@ -128,6 +128,7 @@ def test_malformed_ids_answer_a_documented_json_status(schema, server):
     assert checked >= 20 * len(MALFORMED_IDS) // 2
 
 
+@pytest.mark.slow
 def test_bodies_that_are_not_json_answer_415_and_malformed_json_a_documented_400(schema, server):
     checked = 0
     for path, method, operation in operations(schema):
@@ -173,6 +174,7 @@ def fuzz(operation: schemathesis.APIOperation, raw: dict[str, Any], mode: schema
     exercise()
 
 
+@pytest.mark.slow
 def test_generated_requests_get_documented_answers(schema, server):
     """schemathesis: positive and negative cases per operation; status, content type, body schema, code."""
     base_url = str(server.http.base_url).rstrip("/")

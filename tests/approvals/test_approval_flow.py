@@ -138,6 +138,7 @@ def test_a_round_with_two_gated_calls_parks_one_batch_answerable_at_once(alice, 
     assert Exchange.objects.get().outcome == "completed"
 
 
+@pytest.mark.slow
 def test_resolving_in_a_fresh_process_continues_the_run(alice, carol, troubleshooting):
     # The agent's own deterministic playbook drives both processes: nothing is scripted in memory.
     Agent.objects.filter(name="troubleshooter").update(

@@ -69,6 +69,7 @@ def test_no_module_imports_another_that_imports_it_back():
     assert _cycle(graph, {m for m in graph.modules if ".migrations" not in m}) is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("app", APPS)
 def test_each_app_imports_in_a_fresh_interpreter(app):
     """Every module of the app imports in a fresh interpreter right after django.setup(). With the

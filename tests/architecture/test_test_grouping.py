@@ -10,7 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from skald.core.child_env import hermetic_env
+
+pytestmark = pytest.mark.slow  # two xdist workers in a child pytest
 
 GROUPED = """
 import os

@@ -12,6 +12,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 from skald.core.env import envbool, envint, envlist, envstr
 
+pytestmark = pytest.mark.slow  # most tests start manage.py in a child process
+
 BASE = Path(__file__).resolve().parents[2]
 
 

@@ -214,6 +214,7 @@ def test_the_demo_playbook_parks_on_the_write_completes_after_approval_and_leave
     assert Proposal.objects.filter(run=done, status="pending").count() == 1
 
 
+@pytest.mark.slow
 def test_the_demo_playbook_compacting_at_every_turn_still_follows_its_playbook_to_the_end(
     alice, carol, api, world, settings
 ):  # ``world`` seeds the agents and rules

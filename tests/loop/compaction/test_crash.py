@@ -22,7 +22,7 @@ from loop.recovery import recover_exchange, repair_dangling
 from loop.verify import load_session_rows, verify_rows
 from tests.loop.compaction.conftest import SMALL, scripted_model
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive, pytest.mark.slow]
 BASE = Path(__file__).resolve().parents[3]
 
 

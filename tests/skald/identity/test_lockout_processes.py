@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 
 from tests.conftest import PASSWORD, make_user
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 BASE = Path(__file__).resolve().parents[3]
 OTHER_PROCESS = """
