@@ -1,4 +1,5 @@
-"""Where a bench turn's time goes, on a fresh SQLite database (``DATABASE_URL`` is ignored).
+"""Where a bench turn's time goes, on a fresh SQLite database, or with ``--postgres URL`` on that
+PostgreSQL database, dropped and created first (``DATABASE_URL`` is ignored either way).
 
 Two passes over ``--turns`` one-tool turns (200 by default) on one session each:
 
@@ -8,7 +9,7 @@ Two passes over ``--turns`` one-tool turns (200 by default) on one session each:
 2. cProfile: the top ``--top`` entries by ``--sort`` (cumulative by default). Profiling inflates
    Python-heavy code more than waiting, so read it for shape, and the timers for size.
 
-``python -m bench.profile_turn [--turns N] [--top N] [--sort cumulative|tottime]``
+``python -m bench.profile_turn [--turns N] [--top N] [--sort cumulative|tottime] [--postgres URL]``
 """
 
 from __future__ import annotations
@@ -148,6 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--sort", choices=["cumulative", "tottime"], default="cumulative")
+    parser.add_argument("--postgres", metavar="URL", default="",
+                        help="profile on this PostgreSQL database (dropped and created first) instead of SQLite")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="skald-profile-") as tmp:
         profile(args, Path(tmp))
@@ -156,6 +159,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def profile(args: argparse.Namespace, var_dir: Path) -> None:
     os.environ.pop("DATABASE_URL", None)
+    where = "a fresh SQLite file"
+    if args.postgres:
+        from bench.__main__ import recreate_postgres_database
+
+        problem = recreate_postgres_database(args.postgres)
+        if problem:
+            raise SystemExit(f"PostgreSQL at {args.postgres}: {problem}")
+        os.environ["DATABASE_URL"] = args.postgres
+        where = f"PostgreSQL ({args.postgres}, recreated)"
     # DEBUG off as in production: with it on, Django would also record every query it runs.
     os.environ.update(SKALD_VAR_DIR=str(var_dir), SKALD_DEBUG="0", SKALD_LOG_LEVEL="WARNING")
     configure_django()
@@ -166,7 +178,7 @@ def profile(args: argparse.Namespace, var_dir: Path) -> None:
     warm = build_env(create_session(user.pk, "warm-up"), provider, var_dir / "workspace")
     _turns(warm, provider, 1, WARMUP_TURNS)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"{args.turns} one-tool turns per pass on a fresh SQLite file; load average {load:.2f}\n")
+    print(f"{args.turns} one-tool turns per pass on {where}; load average {load:.2f}\n")
 
     timed_session = create_session(user.pk, "timed")
     with seam_timers() as totals:
