@@ -211,6 +211,20 @@ class Result:
     def target_median_ms(self) -> float:
         return TARGET_MEDIAN_MS.get(self.backend, TARGET_MEDIAN_MS["postgresql"])
 
+    @property
+    def commits(self) -> int:
+        return self.query_kinds.get("COMMIT", 0)
+
+    @property
+    def commit_floor_ms(self) -> float:
+        """The commit probe times the turn's commits: what the disk alone costs a turn."""
+        return self.commit_ms * self.commits
+
+    @property
+    def round_trip_floor_ms(self) -> float:
+        """The round-trip probe times the turn's other statements: what their round trips alone cost."""
+        return self.round_trip_ms * (self.queries_per_turn - self.commits)
+
 
 def percentile(values: Sequence[float], fraction: float) -> float:
     """Linear interpolation between closest ranks (``fraction`` in 0..1)."""
@@ -355,7 +369,7 @@ def report(result: Result) -> str:
     curve = "  ".join(f"{i * block + 1}-{(i + 1) * block}: {v:.2f}" for i, v in enumerate(result.blocks_ms))
     kinds = ", ".join(f"{k} {v}" for k, v in result.query_kinds.items())
     chain = "ok" if result.chain_ok else "BROKEN"
-    commits = result.query_kinds.get("COMMIT", 0)
+    commits = result.commits
     return "\n".join([
         f"  database             {result.server}",
         f"  turns                {result.turns} one-tool turns on one session (+ {result.warmup} warm-up turns)",
@@ -377,10 +391,9 @@ def report(result: Result) -> str:
         f"  audit rows per turn  {result.audit_rows_per_turn:.1f}   (chain verified: {chain})",
         f"  queries per turn     {result.queries_per_turn}   ({kinds})",
         f"  commit floor         {result.commit_ms:.2f} ms per one-row durable transaction (probe) x "
-        f"{commits} commits per turn = {result.commit_ms * commits:.2f} ms",
+        f"{commits} commits per turn = {result.commit_floor_ms:.2f} ms",
         f"  round-trip floor     {result.round_trip_ms * 1000:.0f} us per statement (SELECT 1 probe) x "
-        f"{result.queries_per_turn - commits} other statements = "
-        f"{result.round_trip_ms * (result.queries_per_turn - commits):.2f} ms",
+        f"{result.queries_per_turn - commits} other statements = {result.round_trip_floor_ms:.2f} ms",
         f"  time split           {result.cpu_median_ms:.2f} ms CPU in this process + {result.wait_median_ms:.2f} ms "
         "waiting (medians per turn; waiting = overhead - CPU: the server's work, its flushes and the round trips)",
         f"  timings              migrate {result.migrate_s:.1f} s, {result.turns} turns {result.run_s:.1f} s wall",

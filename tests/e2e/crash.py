@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from skald.core.child_env import hermetic_env
+from tests.e2e.stack import migrated_sqlite
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 LEASE_SECONDS = 1
@@ -92,15 +93,13 @@ def _pg_admin(url: str, *statements: str) -> None:
 
 @contextmanager
 def database(kind: str, server_url: str = "") -> Iterator[Database]:
-    """A migrated template for the runs, removed afterwards."""
+    """A migrated template for the runs, removed afterwards (SQLite: the process's one migrated
+    file, which the real stacks start from too)."""
+    if kind == "sqlite":
+        yield Database("sqlite", str(migrated_sqlite()))
+        return
     with tempfile.TemporaryDirectory(prefix="skald-crash-tpl-") as tmp:
         workdir = Path(tmp)
-        if kind == "sqlite":
-            template = str(workdir / "template.sqlite3")
-            done = _child("migrate", workdir, _env(workdir, {"SKALD_SQLITE_PATH": template}))
-            assert done.returncode == 0, done.stderr[-3000:]
-            yield Database("sqlite", template)
-            return
         name = f"skald_crash_tpl_{os.getpid()}"
         _pg_admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
         try:
