@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
@@ -165,8 +165,12 @@ class Admin:
         def shown(driver: webdriver.Chrome) -> bool:
             return any(text.lower() in element.text.lower() for element in driver.find_elements(By.CSS_SELECTOR, css))
 
-        WebDriverWait(self.driver, timeout, ignored_exceptions=[StaleElementReferenceException]).until(
-            shown, f"waiting for {what or repr(text)} in {css} on {self.driver.current_url}")
+        try:
+            WebDriverWait(self.driver, timeout, ignored_exceptions=[StaleElementReferenceException]).until(
+                shown, f"waiting for {what or repr(text)} in {css} on {self.driver.current_url}")
+        except TimeoutException:
+            self.screenshot("timed-out")  # what the page showed instead, kept with the run's artifacts
+            raise
 
     def reload_until(self, check: Callable[[], Any], *, timeout: float, what: str) -> Any:
         """Reload the page until ``check()`` is truthy (a polling operator's F5), at most ``timeout`` s."""
