@@ -139,6 +139,8 @@ def summary(results: dict[str, Result | str]) -> str:
         " / ".join(f"<= {TARGET_MEDIAN_MS[k]:g} ms {k}" for k in ("sqlite", "postgresql")))
     row("p95 overhead", lambda r: f"{r.p95_ms:.2f} ms")
     row("CPU per turn (this process)", lambda r: f"{r.cpu_median_ms:.2f} ms")
+    row("machine speed (reference workload, CPU)", lambda r: f"{r.reference_ms:.2f} ms")
+    row("CPU per turn in reference workloads", lambda r: f"{r.cpu_in_references:.2f}")
     row(f"mean of turns 1-{EDGE}", lambda r: f"{r.first_mean_ms:.2f} ms")
     row(f"mean of turns {TURNS - EDGE + 1}-{TURNS}", lambda r: f"{r.last_mean_ms:.2f} ms")
     row(f"growth turn {TURNS} / turn 1", lambda r: f"{r.growth:.2f}x {mark(r.growth <= TARGET_GROWTH)}",

@@ -201,6 +201,7 @@ class Result:
     wait_median_ms: float = 0.0  # per turn: overhead minus this process's CPU (waiting on the database)
     cpu_median_ms: float = 0.0  # this process's CPU per turn: less sensitive to a loaded machine than wall time
     load_average: float = 0.0
+    reference_ms: float = 0.0  # this machine's speed: CPU ms of bench/machine.py's fixed workload
     edge: int = EDGE
     warmup: int = WARMUP_TURNS
     blocks_ms: list[float] = field(default_factory=list)
@@ -210,6 +211,11 @@ class Result:
     @property
     def target_median_ms(self) -> float:
         return TARGET_MEDIAN_MS.get(self.backend, TARGET_MEDIAN_MS["postgresql"])
+
+    @property
+    def cpu_in_references(self) -> float:
+        """CPU per turn in reference workloads: the turn's own cost, whatever the machine's speed."""
+        return self.cpu_median_ms / self.reference_ms if self.reference_ms else 0.0
 
     @property
     def commits(self) -> int:
@@ -305,9 +311,11 @@ def measure(*, turns: int = TURNS, warmup: int = WARMUP_TURNS, workspace: Path) 
 
     from audit.models import AuditEvent
     from audit.services import chain_verify
+    from bench.machine import reference_ms
     from loop.models import SessionEvent
 
     backend, server = _server()
+    reference = reference_ms()
     commit_ms = commit_probe()
     round_trip_ms = round_trip_probe()
     user = get_user_model().objects.create_user(username="alice")
@@ -352,7 +360,7 @@ def measure(*, turns: int = TURNS, warmup: int = WARMUP_TURNS, workspace: Path) 
         queries_per_turn=queries, query_kinds=kinds, chain_ok=chain_ok, commit_ms=commit_ms,
         round_trip_ms=round_trip_ms, wait_median_ms=wait_median_ms,
         edge=edge, warmup=warmup, blocks_ms=blocks, run_s=run_s, cpu_median_ms=cpu_median_ms,
-        load_average=os.getloadavg()[0],
+        load_average=os.getloadavg()[0], reference_ms=min(reference, reference_ms()),
     )
 
 
@@ -377,6 +385,8 @@ def report(result: Result) -> str:
         f"[{mark(result.median_ms <= target)}]",
         f"  CPU per turn         {result.cpu_median_ms:.2f} ms median (this process, every thread; load average "
         f"{result.load_average:.2f} at the end)",
+        f"  machine speed        {result.reference_ms:.2f} ms CPU for bench/machine.py's reference workload; "
+        f"CPU per turn = {result.cpu_in_references:.2f} reference workloads",
         f"  overhead p95         {result.p95_ms:.2f} ms   (mean {result.mean_ms:.2f} ms; "
         f"provider time excluded, median {result.provider_median_ms:.3f} ms)",
         f"  turns 1-{result.edge} mean       {result.first_mean_ms:.2f} ms",

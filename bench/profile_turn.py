@@ -144,6 +144,43 @@ def _turns(env: Any, provider: TimedProvider, first: int, count: int) -> tuple[f
     return wall, in_provider
 
 
+LAYERS: tuple[tuple[str, str], ...] = (
+    ("the kernel (loop/)", "/loop/"),
+    ("the product's adapters (skald/)", "/skald/"),
+    ("the audit chain (audit/)", "/audit/"),
+    ("Django", "/django/"),
+    ("psycopg", "/psycopg"),
+    ("asgiref and channels", "/asgiref/"),
+    ("asgiref and channels", "/channels"),
+    ("pydantic", "/pydantic"),
+    ("json", "/json/"),
+    ("the benchmark harness (bench/)", "/bench/"),
+)
+
+
+def layer_of(filename: str) -> str:
+    """The layer a profiled function belongs to, by its file's path."""
+    for label, marker in LAYERS:
+        if marker in filename:
+            return label
+    if filename == "~":
+        return "builtins (C functions)"
+    return "the standard library and the rest"
+
+
+def print_layers(stats: pstats.Stats, wall: float) -> None:
+    """Self time summed by layer: which code's own lines take the turn's time (waiting on a socket
+    counts where the wait is made: psycopg's ``wait``, inside the builtins' ``select``)."""
+    totals: dict[str, float] = {}
+    for (filename, _line, _name), (_cc, _nc, tottime, _ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        label = layer_of(filename)
+        totals[label] = totals.get(label, 0.0) + tottime
+    print(f"{'self time by layer':58} {'share':>10}")
+    for label, seconds in sorted(totals.items(), key=lambda item: -item[1]):
+        print(f"{label:58} {seconds / wall:10.1%}")
+    print()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profile_turn", description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=200)
@@ -209,6 +246,7 @@ def profile(args: argparse.Namespace, var_dir: Path) -> None:
     print(f"\nPass 2, cProfile: {ms(wall):.2f} ms per turn under the profiler "
           f"(divide the times below by {args.turns} for per turn)")
     stats = pstats.Stats(profiler, stream=sys.stdout)
+    print_layers(stats, wall)
     stats.strip_dirs().sort_stats(args.sort).print_stats(args.top)
 
     from django.db import connections
