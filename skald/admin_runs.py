@@ -27,13 +27,13 @@ from loop.models import SessionEvent
 from proposals.models import Proposal
 from skald.admin_timeline import receipt_rows, timeline_lines
 from skald.cases import runs as run_services
+from skald.cases.tickets import MAX_TICKET_BYTES, parse_ticket
 from skald.core.admin import ReadOnlyAdmin, admin_may_view
 from skald.core.errors import SkaldError
 from skald.core.ids import new_token
 from skald.core.roles import GOVERNANCE_ROLES, Role, has_role
 from skald.crosscheck import replay_verify_run
 from skald.models import Case, Run, RunStatus
-from skald.workflow.views import MAX_TICKET_BYTES, parse_ticket
 
 TIMELINE_LIMIT = 500
 READERS = GOVERNANCE_ROLES

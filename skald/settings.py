@@ -30,7 +30,10 @@ ALLOWED_HOSTS = envlist("SKALD_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]
 CSRF_TRUSTED_ORIGINS = envlist("SKALD_CSRF_TRUSTED_ORIGINS")
 
 INSTALLED_APPS = [
-    "daphne",
+    # daphne's app only makes `manage.py runserver` serve ASGI (websockets included); importing it
+    # loads Twisted, autobahn and OpenSSL (about 0.4 s of CPU) in every process. The launcher and
+    # production run daphne's own command line, which needs no app, so only runserver lists it.
+    *(["daphne"] if sys.argv[1:2] == ["runserver"] else []),
     "skald.apps.SkaldAdminConfig",  # django.contrib.admin with Skald's site (name, role homes)
     "django.contrib.auth",
     "django.contrib.contenttypes",

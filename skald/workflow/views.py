@@ -21,6 +21,7 @@ from rest_framework.views import APIView
 
 from skald.api.cases import RunSerializer
 from skald.cases import runs as run_services
+from skald.cases.tickets import MAX_TICKET_BYTES, parse_ticket
 from skald.core.api.errors_schema import error_responses
 from skald.core.api.exceptions import error_body
 from skald.core.api.permissions import caller, roles
@@ -29,8 +30,6 @@ from skald.core.ids import new_token
 from skald.core.roles import AGENT_PRINCIPAL, Role, has_role
 from skald.models import Run, RunStatus
 
-MAX_TICKET_BYTES = 8192
-PROVIDER_FIELDS = frozenset({"provider", "model", "base_url", "api_key", "secret", "temperature"})
 WAIT_POLL_SECONDS = 0.1
 SETTLED_FOR_WAIT = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELED, RunStatus.AWAITING_HUMAN,
                     RunStatus.HANDOFF)
@@ -46,27 +45,6 @@ class WorkflowCaller(BasePermission):
         if not (user and user.is_authenticated) or user.get_username() == AGENT_PRINCIPAL:
             return False
         return has_role(user, Role.WORKFLOW) and user.has_perm("skald.write_case")
-
-
-def parse_ticket(body: Any) -> str:
-    """The body may hold ``ticket`` only: provider fields are refused as migrated."""
-    if not isinstance(body, dict):
-        raise SkaldError("The body must be a JSON object with a ticket.", code="gdl_ticket_invalid")
-    migrated = sorted(k for k in body if k in PROVIDER_FIELDS or str(k).startswith("provider"))
-    if migrated:
-        raise SkaldError("Provider, model and secret are server-owned; the body may hold a ticket only.",
-                         code="gdl_request_migrated", fields=migrated)
-    unknown = sorted(set(body) - {"ticket"})
-    if unknown:
-        raise SkaldError("The body may hold a ticket only.", code="invalid", fields={k: ["unknown field"]
-                                                                                    for k in unknown})
-    ticket = body.get("ticket")
-    if not isinstance(ticket, str) or not ticket.strip():
-        raise SkaldError("The ticket must be a non-empty string.", code="gdl_ticket_invalid")
-    ticket = ticket.strip()
-    if len(ticket.encode("utf-8")) > MAX_TICKET_BYTES:
-        raise SkaldError(f"The ticket must be at most {MAX_TICKET_BYTES} bytes.", code="gdl_ticket_invalid")
-    return ticket
 
 
 class GdlLaunchInput(serializers.Serializer):
