@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-import httpx
 from django.conf import settings
 
 REQUIRED = ("SKALD_OIDC_ISSUER", "SKALD_OIDC_CLIENT_ID", "SKALD_OIDC_CLIENT_SECRET")
@@ -88,6 +87,10 @@ _discovery_lock = threading.Lock()
 
 @cache
 def _discover(issuer: str, timeout: float) -> dict[str, Any]:
+    # Imported here, not at the top: httpx imports click and rich with itself (about 0.2 s), and
+    # this module loads in every process (the system checks) while only OIDC discovery needs it.
+    import httpx
+
     document = httpx.get(f"{issuer}/.well-known/openid-configuration", timeout=timeout).raise_for_status().json()
     if str(document.get("issuer", "")).rstrip("/") != issuer:
         raise OidcProfileError(f"the discovery document names issuer {document.get('issuer')!r}, not {issuer!r}")
