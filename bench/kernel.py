@@ -201,7 +201,8 @@ class Result:
     wait_median_ms: float = 0.0  # per turn: overhead minus this process's CPU (waiting on the database)
     cpu_median_ms: float = 0.0  # this process's CPU per turn: less sensitive to a loaded machine than wall time
     load_average: float = 0.0
-    reference_ms: float = 0.0  # this machine's speed: CPU ms of bench/machine.py's fixed workload
+    reference_ms: float = 0.0  # this machine's speed: median CPU ms of bench/machine.py's fixed workload
+    reference_readings: list[float] = field(default_factory=list)  # before, between blocks of turns, after
     edge: int = EDGE
     warmup: int = WARMUP_TURNS
     blocks_ms: list[float] = field(default_factory=list)
@@ -315,7 +316,7 @@ def measure(*, turns: int = TURNS, warmup: int = WARMUP_TURNS, workspace: Path) 
     from loop.models import SessionEvent
 
     backend, server = _server()
-    reference = reference_ms()
+    readings = [reference_ms()]  # the host's speed may move during the run: read it again between blocks
     commit_ms = commit_probe()
     round_trip_ms = round_trip_probe()
     user = get_user_model().objects.create_user(username="alice")
@@ -331,12 +332,17 @@ def measure(*, turns: int = TURNS, warmup: int = WARMUP_TURNS, workspace: Path) 
     overhead: list[float] = []
     provider_times: list[float] = []
     CPU_SECONDS.clear()
+    reading_every, reading_s = max(1, turns // 8), 0.0
     started = time.perf_counter()
     for number in range(1, turns + 1):
         wall, in_provider = run_turn(env, provider, number)
         overhead.append(wall - in_provider)
         provider_times.append(in_provider)
-    run_s = time.perf_counter() - started
+        if number % reading_every == 0:
+            reading_started = time.perf_counter()
+            readings.append(reference_ms(samples=3))
+            reading_s += time.perf_counter() - reading_started
+    run_s = time.perf_counter() - started - reading_s
     cpu_median_ms = statistics.median(CPU_SECONDS) * 1000
     wait_median_ms = statistics.median(max(0.0, o - c) for o, c in zip(overhead, CPU_SECONDS, strict=True)) * 1000
     audit_rows = AuditEvent.objects.count() - audit_before
@@ -360,7 +366,8 @@ def measure(*, turns: int = TURNS, warmup: int = WARMUP_TURNS, workspace: Path) 
         queries_per_turn=queries, query_kinds=kinds, chain_ok=chain_ok, commit_ms=commit_ms,
         round_trip_ms=round_trip_ms, wait_median_ms=wait_median_ms,
         edge=edge, warmup=warmup, blocks_ms=blocks, run_s=run_s, cpu_median_ms=cpu_median_ms,
-        load_average=os.getloadavg()[0], reference_ms=min(reference, reference_ms()),
+        load_average=os.getloadavg()[0], reference_ms=statistics.median(readings),
+        reference_readings=[round(value, 2) for value in readings],
     )
 
 
@@ -385,7 +392,9 @@ def report(result: Result) -> str:
         f"[{mark(result.median_ms <= target)}]",
         f"  CPU per turn         {result.cpu_median_ms:.2f} ms median (this process, every thread; load average "
         f"{result.load_average:.2f} at the end)",
-        f"  machine speed        {result.reference_ms:.2f} ms CPU for bench/machine.py's reference workload; "
+        f"  machine speed        {result.reference_ms:.2f} ms CPU for bench/machine.py's reference workload "
+        f"(median of {len(result.reference_readings)} readings during the run, "
+        f"{min(result.reference_readings, default=0):.2f}-{max(result.reference_readings, default=0):.2f} ms); "
         f"CPU per turn = {result.cpu_in_references:.2f} reference workloads",
         f"  overhead p95         {result.p95_ms:.2f} ms   (mean {result.mean_ms:.2f} ms; "
         f"provider time excluded, median {result.provider_median_ms:.3f} ms)",
