@@ -53,9 +53,9 @@ class WindowView:
 
     __slots__ = ("_entries", "messages", "rows", "size", "tokens")
 
-    def __init__(self, entries: tuple[_Entry, ...], messages: tuple[Message, ...], *, size: int, tokens: int) -> None:
+    def __init__(self, entries: tuple[_Entry, ...], *, size: int, tokens: int) -> None:
         self._entries = entries
-        self.messages = messages
+        self.messages = tuple(e.message for e in entries if e.message is not None)
         self.rows = len(entries)
         self.size = size
         self.tokens = tokens
@@ -73,9 +73,6 @@ class _Window:
     mask: Callable[[str], str]
     guard: Detector
     entries: deque[_Entry] = field(default_factory=deque)
-    # The entries' messages (those that have one), kept beside them so a view copies them at C
-    # speed instead of walking a window of up to REPLAY_CAP entries in Python twice a turn.
-    messages: deque[Message] = field(default_factory=deque)
     folder: Folder | None = None
     last_seq: int = 0
     session_stamp: Any = None  # the session row's created_at: the same id may name another session later
@@ -84,7 +81,6 @@ class _Window:
 
     def reset(self) -> None:
         self.entries.clear()
-        self.messages.clear()
         self.folder = Folder(self.mask, guard=self.guard)
         self.size = 0
         self.tokens = 0
@@ -110,8 +106,6 @@ class _Window:
         size = message_size(message) if message is not None else 0
         tokens = message_tokens(message) if message is not None else 0
         self.entries.append(_Entry(row, message, size, tokens, opened))
-        if message is not None:
-            self.messages.append(message)
         self.size += size
         self.tokens += tokens
 
@@ -121,8 +115,6 @@ class _Window:
         cut = len(self.entries) > cap
         while len(self.entries) > cap or (cut and self.entries and self.entries[0].row.kind != EventKind.USER):
             dropped = self.entries.popleft()
-            if dropped.message is not None:
-                self.messages.popleft()
             self.size -= dropped.size
             self.tokens -= dropped.tokens
             self.folder.seen.difference_update(dropped.opened)
@@ -188,7 +180,7 @@ class ContextBuilder:
         except ProjectionError:
             self.forget(session_id)
             raise
-        return WindowView(tuple(window.entries), tuple(window.messages), size=window.size, tokens=window.tokens)
+        return WindowView(tuple(window.entries), size=window.size, tokens=window.tokens)
 
     def forget(self, session_id: int) -> None:
         with self._lock:
