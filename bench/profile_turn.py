@@ -67,7 +67,8 @@ SEAMS: tuple[tuple[str, str], ...] = (
      "django.db.backends.base.base:BaseDatabaseWrapper.run_and_clear_commit_hooks"),
     ("ChannelsBus._send (async_to_sync; wakes + deltas)", "skald.loop_adapters.bus:ChannelsBus._send"),
     ("COMMIT", "django.db.backends.base.base:BaseDatabaseWrapper._commit"),
-    ("SQL execution (CursorWrapper._execute)", "django.db.backends.utils:CursorWrapper._execute"),
+    ("SQL execution, the store's statements (DriverCursor.execute)", "loop.sql:DriverCursor.execute"),
+    ("SQL execution, Django's cursor (ORM; CursorWrapper._execute)", "django.db.backends.utils:CursorWrapper._execute"),
 )
 
 

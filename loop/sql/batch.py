@@ -10,9 +10,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from django.db import connection
-from django.db.backends.utils import CursorWrapper
 
-from loop.sql import json_param, when
+from loop.sql import Cursor, json_param, when
 from loop.sql.events import EventRow
 
 
@@ -25,7 +24,7 @@ class Write(NamedTuple):
     supersedes: bool = False  # it sets the whole state, so it replaces an earlier write of ``row``
 
 
-def execute(cursor: CursorWrapper, write: Write) -> None:
+def execute(cursor: Cursor, write: Write) -> None:
     cursor.execute(write.sql, list(write.params))
 
 
@@ -50,7 +49,7 @@ def _session_updates(sessions: Mapping[int, Mapping[str, int]]) -> list[tuple[st
     return updates
 
 
-def flush(cursor: CursorWrapper, rows: Sequence[EventRow], sessions: Mapping[int, Mapping[str, int]],
+def flush(cursor: Cursor, rows: Sequence[EventRow], sessions: Mapping[int, Mapping[str, int]],
           writes: Sequence[Write]) -> int:
     """Insert ``rows`` (seqs allocated under the session locks), set each session's counters
     (``last_seq``, ``exchange_count``) and run ``writes``; returns how many rows were inserted (a

@@ -6,14 +6,12 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db.backends.utils import CursorWrapper
-
 from loop.models import ToolCall
-from loop.sql import json_param, when
+from loop.sql import Cursor, json_param, when
 from loop.sql.batch import Write
 
 
-def insert_tool_call(cursor: CursorWrapper, values: Sequence[Any]) -> int:
+def insert_tool_call(cursor: Cursor, values: Sequence[Any]) -> int:
     """``values``: session, exchange, frame, turn, index, key, provider id, tool, arguments (JSON text),
     arguments hash, status, created/updated time."""
     cursor.execute(

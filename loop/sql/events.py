@@ -7,26 +7,25 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.db import connection
-from django.db.backends.utils import CursorWrapper
 
 from loop.models import Session, SessionEvent
-from loop.sql import for_update, json_param, load_json, when
+from loop.sql import Cursor, for_update, json_param, load_json, when
 
 
-def next_seq(cursor: CursorWrapper, session_id: int) -> int | None:
+def next_seq(cursor: Cursor, session_id: int) -> int | None:
     cursor.execute("UPDATE loop_session SET last_seq = last_seq + 1 WHERE id = %s RETURNING last_seq", [session_id])
     row = cursor.fetchone()
     return int(row[0]) if row else None
 
 
-def find_event(cursor: CursorWrapper, key: str) -> tuple[int, str, Any] | None:
+def find_event(cursor: Cursor, key: str) -> tuple[int, str, Any] | None:
     cursor.execute("SELECT seq, kind, payload FROM loop_sessionevent WHERE idempotency_key = %s", [key])
     row = cursor.fetchone()
     return (int(row[0]), row[1], load_json(row[2])) if row else None
 
 
 def insert_event(
-    cursor: CursorWrapper,
+    cursor: Cursor,
     *,
     session_id: int,
     seq: int,
@@ -48,7 +47,7 @@ def insert_event(
 
 
 def append_event(
-    cursor: CursorWrapper,
+    cursor: Cursor,
     *,
     session_id: int,
     exchange_id: int | None,
@@ -92,14 +91,14 @@ class EventRow(NamedTuple):
     created_at: datetime
 
 
-def lock_last_seq(cursor: CursorWrapper, session_id: int) -> int | None:
+def lock_last_seq(cursor: Cursor, session_id: int) -> int | None:
     """The session's ``last_seq``, its row locked until the transaction ends (None: no session)."""
     cursor.execute(f"SELECT last_seq FROM loop_session WHERE id = %s{for_update()}", [session_id])
     row = cursor.fetchone()
     return int(row[0]) if row else None
 
 
-def lock_last_seq_and_claim(cursor: CursorWrapper, session_id: int, exchange_id: int) -> tuple[int, str] | None:
+def lock_last_seq_and_claim(cursor: Cursor, session_id: int, exchange_id: int) -> tuple[int, str] | None:
     """:func:`lock_last_seq` and the exchange's claim token in one round trip (None: no session).
 
     On PostgreSQL the session row is locked before the exchange row, as every writer orders them
@@ -117,13 +116,13 @@ def lock_last_seq_and_claim(cursor: CursorWrapper, session_id: int, exchange_id:
     return (int(row[0]), row[1] or "") if row else None
 
 
-def give_back_seq(cursor: CursorWrapper, session_id: int) -> None:
+def give_back_seq(cursor: Cursor, session_id: int) -> None:
     """Return a seq allocated in this transaction (the session row is still locked by it)."""
     cursor.execute("UPDATE loop_session SET last_seq = last_seq - 1 WHERE id = %s", [session_id])
 
 
 def conversation_rows(
-    cursor: CursorWrapper, *, session_id: int, narrative: str, kinds: Iterable[str], after_seq: int, limit: int
+    cursor: Cursor, *, session_id: int, narrative: str, kinds: Iterable[str], after_seq: int, limit: int
 ) -> tuple[list[tuple[int, str, Any]], Any]:
     """The newest ``limit`` conversation rows after ``after_seq``, newest first, and the session
     row's ``created_at`` (None: no such session), in one statement."""
@@ -145,7 +144,7 @@ def conversation_rows(
     return rows, stamp
 
 
-def latest_compaction(cursor: CursorWrapper, *, session_id: int, narrative: str) -> tuple[int, Any] | None:
+def latest_compaction(cursor: Cursor, *, session_id: int, narrative: str) -> tuple[int, Any] | None:
     """The seq and payload of the narrative's latest compaction row, if any."""
     cursor.execute(
         "SELECT seq, payload FROM loop_sessionevent WHERE session_id = %s AND narrative = %s AND kind = %s "
@@ -155,7 +154,7 @@ def latest_compaction(cursor: CursorWrapper, *, session_id: int, narrative: str)
     return (int(row[0]), load_json(row[1])) if row else None
 
 
-def compaction_probes(cursor: CursorWrapper, *, exchange_id: int, narrative: str) -> list[Any]:
+def compaction_probes(cursor: Cursor, *, exchange_id: int, narrative: str) -> list[Any]:
     """The payloads of an exchange's probe reports in one narrative, oldest first."""
     cursor.execute(
         "SELECT payload FROM loop_sessionevent WHERE exchange_id = %s AND narrative = %s AND kind = %s ORDER BY seq",
@@ -164,14 +163,14 @@ def compaction_probes(cursor: CursorWrapper, *, exchange_id: int, narrative: str
     return [load_json(payload) for (payload,) in cursor.fetchall()]
 
 
-def frame_turns(cursor: CursorWrapper, *, exchange_id: int, narrative: str) -> int:
+def frame_turns(cursor: Cursor, *, exchange_id: int, narrative: str) -> int:
     """How many model turns (assistant rows) one narrative has had in an exchange."""
     cursor.execute("SELECT COUNT(*) FROM loop_sessionevent WHERE exchange_id = %s AND narrative = %s AND kind = %s",
                    [exchange_id, narrative, "assistant"])
     return int(cursor.fetchone()[0])
 
 
-def exchange_events(cursor: CursorWrapper, exchange_id: int) -> list[tuple[int, str, Any]]:
+def exchange_events(cursor: Cursor, exchange_id: int) -> list[tuple[int, str, Any]]:
     cursor.execute("SELECT seq, kind, payload FROM loop_sessionevent WHERE exchange_id = %s ORDER BY seq",
                    [exchange_id])
     return [(int(seq), kind, load_json(payload)) for seq, kind, payload in cursor.fetchall()]

@@ -8,7 +8,6 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.db.backends.utils import CursorWrapper
 from django.db.models import Field, Q
 
 from loop.models import (
@@ -22,7 +21,8 @@ from loop.models import (
     ToolCall,
     ToolCallStatus,
 )
-from loop.sql import for_update, json_param, load_json, when
+from loop.sql import Cursor, for_update, json_param, load_json, when
+from loop.sql import cursor as open_cursor
 from loop.sql.batch import Write
 
 ACTIVE_STATUSES = (ExchangeStatus.OPEN, ExchangeStatus.PARKED)
@@ -38,7 +38,7 @@ def create_session(*, owner_id: int, agent: str, source: str, title: str, now: d
 def lock_session(session_id: int) -> Session:
     """The session row, locked: admissions to one session queue behind each other. Only ``agent``,
     ``last_seq`` and ``exchange_count`` are loaded (hand-written: the admission's hot path)."""
-    with connection.cursor() as cursor:
+    with open_cursor() as cursor:
         cursor.execute(f"SELECT id, agent, last_seq, exchange_count FROM loop_session WHERE id = %s{for_update()}",
                        [session_id])
         row = cursor.fetchone()
@@ -104,7 +104,7 @@ def create_exchange(
     frame_columns, frame_values = _insert_parts(frame, skip="exchange_id")
     marks, frame_marks = ", ".join(["%s"] * len(values)), ", ".join(["%s"] * len(frame_values))
     insert_exchange = f"INSERT INTO loop_exchange ({columns}) VALUES ({marks}) RETURNING id"
-    with connection.cursor() as cursor:
+    with open_cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(
                 f"WITH x AS ({insert_exchange}) INSERT INTO loop_frame ({frame_columns}, exchange_id) "
@@ -210,7 +210,7 @@ def count_turn(exchange_id: int, *, input_tokens: int, output_tokens: int, spent
                  [input_tokens, output_tokens, spent, incomplete, exchange_id])
 
 
-def counters_and_events(cursor: CursorWrapper, exchange_id: int) -> tuple[tuple[int, int, int],
+def counters_and_events(cursor: Cursor, exchange_id: int) -> tuple[tuple[int, int, int],
                                                                           list[tuple[int, str, Any]]]:
     """``(turns, input_tokens, output_tokens)`` of the exchange, its row locked until the
     settlement commits, and every narrative row of the exchange in seq order: one statement."""
@@ -245,7 +245,7 @@ def session_exchanges(session_id: int) -> list[Exchange]:
     return list(Exchange.objects.filter(session_id=session_id).order_by("number"))
 
 
-def add_usage(cursor: CursorWrapper, exchange_id: int, *, input_tokens: int, output_tokens: int, spent: int,
+def add_usage(cursor: Cursor, exchange_id: int, *, input_tokens: int, output_tokens: int, spent: int,
               incomplete: bool) -> None:
     """Meter a provider call that is not a harness turn (a compaction summary)."""
     cursor.execute(
@@ -255,7 +255,7 @@ def add_usage(cursor: CursorWrapper, exchange_id: int, *, input_tokens: int, out
     )
 
 
-def holds_claim(cursor: CursorWrapper, exchange_id: int, token: str) -> bool:
+def holds_claim(cursor: Cursor, exchange_id: int, token: str) -> bool:
     """Whether ``token`` still holds the exchange's claim (row-locked on PostgreSQL until commit, so
     a takeover cannot slip in between this check and the caller's writes)."""
     cursor.execute(f"SELECT claim_token FROM loop_exchange WHERE id = %s{for_update()}", [exchange_id])
