@@ -118,7 +118,12 @@
     if (event.kind === "user") userSeq = Math.max(userSeq, event.seq || 0);
     const p = event.payload || {};
     if (event.type === "task.update") { strip.update(p); return; }  // the task strip, not the log
-    if (event.type === "turn.delta") { $("live").textContent += event.text || ""; return; }
+    if (event.type === "turn.delta") {  // the reply as it streams: its newest lines in view
+      const live = $("live");
+      live.textContent += event.text || "";
+      live.scrollTop = live.scrollHeight;
+      return;
+    }
     if (event.type === "approval.accepted") {
       const card = cards.get(event.request_id);
       if (card) card.querySelector(".state").textContent = `Sent: ${event.status}. The run continues.`;
@@ -140,7 +145,7 @@
     }
     if (event.kind && event.kind.startsWith("control:") && !["control:approval_requested", "control:approval_resolved", "control:exchange_settled", "control:handoff",
       "control:compaction_probe", "control:compaction_quota"].includes(event.kind)) return;
-    const li = el("li");
+    const li = el("li", `ev ev-${(event.kind || event.type || "event").replace(/[^a-z0-9_-]+/gi, "-")}`);
     if (event.narrative) {  // a delegate's own turns, shown nested under the call that opened it
       li.classList.add("nested");
       li.appendChild(el("span", "frame", event.narrative.split(":").slice(0, 2).join(":")));
@@ -149,7 +154,8 @@
     if (event.kind === "user") li.appendChild(el("span", "user", p.content));
     else if (event.kind === "assistant") {
       $("live").textContent = "";
-      li.appendChild(el("span", "assistant", (p.content || "") + (p.tool_calls || []).map((c) => `\n→ ${callText(c)}`).join("")));
+      const said = [p.content || "", ...(p.tool_calls || []).map((c) => `→ ${callText(c)}`)].filter(Boolean);
+      li.appendChild(el("span", "assistant", said.join("\n")));
     } else if (event.kind === "tool_result") li.appendChild(el("span", "tool", `[${p.status}] ${p.name}: ${p.content}`));
     else if (event.kind === "control:approval_requested") li.appendChild(approvalCard(event));
     else if (event.kind === "control:approval_resolved") li.appendChild(el("span", "tool", `${p.status} by ${p.by || "?"}${p.reason ? ` — “${p.reason}”` : ""}`));
