@@ -148,11 +148,11 @@ def summary(results: dict[str, Result | str]) -> str:
     row("events persisted per second", lambda r: f"{r.events_per_s:,.0f}", ">= 1,500 postgresql")
     row("session events per turn", lambda r: f"{r.events / r.turns:.1f}")
     row("audit rows per turn", lambda r: f"{r.audit_rows_per_turn:.1f}")
-    row("statements per turn (round trips)", lambda r: str(r.queries_per_turn),
-        "pinned by tests/skald/test_turn_statements.py")
+    row("statements per turn", lambda r: str(r.queries_per_turn), "pinned by tests/skald/test_turn_statements.py")
+    row("round trips per turn", lambda r: str(r.round_trips), "statements less those sent with a COMMIT")
     row("commits per turn", lambda r: str(r.commits))
     row("commit floor (probe x commits)", lambda r: f"{r.commit_floor_ms:.2f} ms")
-    row("round-trip floor (probe x other statements)", lambda r: f"{r.round_trip_floor_ms:.2f} ms")
+    row("round-trip floor (probe x other round trips)", lambda r: f"{r.round_trip_floor_ms:.2f} ms")
     row("waiting on the database (overhead - CPU)", lambda r: f"{r.wait_median_ms:.2f} ms")
     row("audit chain verified", lambda r: "ok" if r.chain_ok else "BROKEN")
 

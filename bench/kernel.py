@@ -196,6 +196,7 @@ class Result:
     queries_per_turn: int
     query_kinds: dict[str, int]
     chain_ok: bool
+    sent_with_commit: int = 0  # statements per turn that travelled with a COMMIT (one round trip for both)
     commit_ms: float = 0.0
     round_trip_ms: float = 0.0  # one statement's round trip inside a transaction (probe)
     wait_median_ms: float = 0.0  # per turn: overhead minus this process's CPU (waiting on the database)
@@ -228,9 +229,14 @@ class Result:
         return self.commit_ms * self.commits
 
     @property
+    def round_trips(self) -> int:
+        """The turn's round trips: its statements, less those that travelled with a COMMIT."""
+        return self.queries_per_turn - self.sent_with_commit
+
+    @property
     def round_trip_floor_ms(self) -> float:
-        """The round-trip probe times the turn's other statements: what their round trips alone cost."""
-        return self.round_trip_ms * (self.queries_per_turn - self.commits)
+        """The round-trip probe times the turn's round trips other than its commits."""
+        return self.round_trip_ms * (self.round_trips - self.commits)
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:
@@ -257,10 +263,14 @@ def _server() -> tuple[str, str]:
     return connection.vendor, f"PostgreSQL {version} (synchronous_commit={sync})"
 
 
-def _sample_queries(owner_id: int, provider: TimedProvider, workspace: Path) -> tuple[int, dict[str, int]]:
+def _sample_queries(owner_id: int, provider: TimedProvider, workspace: Path) -> tuple[int, dict[str, int], int]:
     """The statements of one plain exchange: the second on a fresh session (the first fills the
     process's context window), as ``tests/skald/test_turn_statements.py`` pins them. Not a turn of
-    the long session: every so often one of those also compacts, and would be counted as typical."""
+    the long session: every so often one of those also compacts, and would be counted as typical.
+
+    Also how many of the third exchange's statements travelled with a COMMIT (PostgreSQL: one
+    psycopg pipeline each, ``loop.sql.sent_with_commit``), which Django's query capture turns off:
+    a turn's round trips are its statements minus those."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -269,7 +279,23 @@ def _sample_queries(owner_id: int, provider: TimedProvider, workspace: Path) -> 
     with CaptureQueriesContext(connection) as captured:
         run_turn(env, provider, 2)
     kinds = Counter(query["sql"].split(None, 1)[0].upper() for query in captured.captured_queries)
-    return len(captured.captured_queries), dict(kinds.most_common())
+    with_commit = 0
+    if connection.vendor == "postgresql":
+        import psycopg
+
+        real = psycopg.Connection.pipeline
+
+        def counted(conn: psycopg.Connection[Any]) -> Any:
+            nonlocal with_commit
+            with_commit += 1
+            return real(conn)
+
+        psycopg.Connection.pipeline = counted  # type: ignore[method-assign]
+        try:
+            run_turn(env, provider, 3)
+        finally:
+            psycopg.Connection.pipeline = real  # type: ignore[method-assign]
+    return len(captured.captured_queries), dict(kinds.most_common()), with_commit
 
 
 def commit_probe(samples: int = 100) -> float:
@@ -348,7 +374,7 @@ def measure(*, turns: int = TURNS, warmup: int = WARMUP_TURNS, workspace: Path) 
     audit_rows = AuditEvent.objects.count() - audit_before
     events = SessionEvent.objects.filter(session=session).count()
 
-    queries, kinds = _sample_queries(user.pk, provider, workspace)
+    queries, kinds, with_commit = _sample_queries(user.pk, provider, workspace)
     chain_ok = chain_verify().ok
 
     ms = [value * 1000 for value in overhead]
@@ -363,7 +389,8 @@ def measure(*, turns: int = TURNS, warmup: int = WARMUP_TURNS, workspace: Path) 
         first_median_ms=statistics.median(ms[:edge]), last_median_ms=statistics.median(ms[-edge:]),
         provider_median_ms=statistics.median(provider_times) * 1000,
         events=events, events_per_s=events / sum(overhead), audit_rows_per_turn=audit_rows / turns,
-        queries_per_turn=queries, query_kinds=kinds, chain_ok=chain_ok, commit_ms=commit_ms,
+        queries_per_turn=queries, query_kinds=kinds, sent_with_commit=with_commit, chain_ok=chain_ok,
+        commit_ms=commit_ms,
         round_trip_ms=round_trip_ms, wait_median_ms=wait_median_ms,
         edge=edge, warmup=warmup, blocks_ms=blocks, run_s=run_s, cpu_median_ms=cpu_median_ms,
         load_average=os.getloadavg()[0], reference_ms=statistics.median(readings),
@@ -408,11 +435,12 @@ def report(result: Result) -> str:
         f"  events persisted     {result.events} session events ({result.events / result.turns:.1f} per turn), "
         f"{result.events_per_s:,.0f} events/s of kernel time",
         f"  audit rows per turn  {result.audit_rows_per_turn:.1f}   (chain verified: {chain})",
-        f"  queries per turn     {result.queries_per_turn}   ({kinds})",
+        f"  queries per turn     {result.queries_per_turn}   ({kinds}); {result.round_trips} round trips "
+        f"({result.sent_with_commit} statements travel with a COMMIT)",
         f"  commit floor         {result.commit_ms:.2f} ms per one-row durable transaction (probe) x "
         f"{commits} commits per turn = {result.commit_floor_ms:.2f} ms",
         f"  round-trip floor     {result.round_trip_ms * 1000:.0f} us per statement (SELECT 1 probe) x "
-        f"{result.queries_per_turn - commits} other statements = {result.round_trip_floor_ms:.2f} ms",
+        f"{result.round_trips - commits} other round trips = {result.round_trip_floor_ms:.2f} ms",
         f"  time split           {result.cpu_median_ms:.2f} ms CPU in this process + {result.wait_median_ms:.2f} ms "
         "waiting (medians per turn; waiting = overhead - CPU: the server's work, its flushes and the round trips)",
         f"  timings              migrate {result.migrate_s:.1f} s, {result.turns} turns {result.run_s:.1f} s wall",

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from loop import sql
 from loop.bounds import PAYLOAD_CAP_BYTES
@@ -91,9 +91,9 @@ class Journal:
             _local.batch = batch = _Batch()
             try:
                 yield
-                self._flush_rows(batch, audit=self._audit_statement(batch))
                 for session_id, last_seq in batch.wakes.items():  # one wake per session, not per row
                     self._wake_on_commit(session_id, last_seq)
+                self._flush_rows(batch, audit=self._audit_statement(batch), last=True)
             finally:
                 _local.batch = None
 
@@ -247,19 +247,23 @@ class Journal:
             self._flush_rows(batch)
 
     @staticmethod
-    def _flush_rows(batch: _Batch, audit: tuple[str, list[Any]] = ("", [])) -> None:
+    def _flush_rows(batch: _Batch, audit: tuple[str, list[Any]] = ("", []), *, last: bool = False) -> None:
+        """Write what the batch holds; ``last``: the transaction commits next, so on PostgreSQL the
+        statement travels with its COMMIT (:func:`loop.sql.sent_with_commit`)."""
         sessions: dict[int, dict[str, int]] = {sid: dict(columns) for sid, columns in batch.counters.items()}
-        for session_id, last in batch.last_seq.items():
-            if batch.written_seq.get(session_id) != last:
-                sessions.setdefault(session_id, {})["last_seq"] = last
+        for session_id, last_seq in batch.last_seq.items():
+            if batch.written_seq.get(session_id) != last_seq:
+                sessions.setdefault(session_id, {})["last_seq"] = last_seq
         writes = [*batch.writes, *([batch_sql.Write(("audit", 0), *audit)] if audit[0] else [])]
         if not (batch.rows or writes or sessions):
             return
-        with sql.cursor() as cursor:
-            inserted = batch_sql.flush(cursor, batch.rows, sessions, writes)
-        if inserted != len(batch.rows):
-            raise PersistError(f"{len(batch.rows) - inserted} of {len(batch.rows)} rows repeat a stored idempotency "
-                               "key", code="idempotency_conflict")
+        try:
+            with sql.cursor() as cursor, sql.sent_with_commit() if last else nullcontext():
+                batch_sql.flush(cursor, batch.rows, sessions, writes)
+        except IntegrityError as error:
+            if batch_sql.repeats_a_key(error):
+                raise PersistError("a row repeats a stored idempotency key", code="idempotency_conflict") from error
+            raise
         batch.rows, batch.writes, batch.counters = [], [], {}
         batch.written_seq.update(batch.last_seq)
 

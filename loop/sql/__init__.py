@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from functools import lru_cache
 from types import TracebackType
@@ -118,6 +119,28 @@ def cursor() -> Cursor:
         if db.vendor == "sqlite":  # Django's SQLite cursor class is the per-call cost
             return DriverCursor(db, db.connection.cursor(), qmark=True)
         return DriverCursor(db, db.create_cursor(), qmark=False)
+
+
+@contextmanager
+def sent_with_commit() -> Iterator[None]:
+    """What the block executes is sent together with the transaction's COMMIT, when that is one
+    round trip: on PostgreSQL, in the outermost transaction (psycopg's pipeline mode: the block's
+    statements, then COMMIT, then one sync). Django's commit at the end of the atomic block then
+    finds nothing to commit and runs its on-commit hooks as usual. A statement that fails there
+    fails the block (the COMMIT is skipped and the atomic block rolls back), and nothing in the
+    block may read a result. Anywhere else (SQLite, a savepoint, Django recording queries) the
+    block runs as it is and Django commits later.
+
+    Besides the round trip, a lock the block takes (the audit chain's) is held until the COMMIT
+    that follows it on the server, not for a round trip to this process and back."""
+    db = connections[DEFAULT_DB_ALIAS]
+    if (db.vendor != "postgresql" or db.queries_logged or db.execute_wrappers or db.savepoint_ids
+            or len(db.atomic_blocks) != 1 or db.needs_rollback):
+        yield
+        return
+    with db.wrap_database_errors, db.connection.pipeline():
+        yield
+        db.connection.execute("COMMIT", prepare=False)
 
 
 def release_thread() -> None:

@@ -1,7 +1,11 @@
 """A store transaction's deferred writes, sent together just before it commits (see
 :meth:`loop.journal.Journal.batch`): narrative rows as one multi-row INSERT, the sessions' counters
 and the row updates whose results nobody reads. On PostgreSQL all of it is one statement (data-
-modifying CTEs); on SQLite, where a statement costs no round trip, one statement per part.
+modifying CTEs), which can travel with the transaction's COMMIT (:func:`loop.sql.sent_with_commit`);
+on SQLite, where a statement costs no round trip, one statement per part.
+
+Nothing here reads a result back: a row whose idempotency key is stored already fails the
+statement on the key's unique constraint (:func:`repeats_a_key` recognises it).
 """
 
 from __future__ import annotations
@@ -9,10 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from django.db import connection
+from django.db import IntegrityError, connection
 
+from loop.models import SessionEvent
 from loop.sql import Cursor, json_param, when
 from loop.sql.events import EventRow
+
+KEY_CONSTRAINT = "loop_event_unique_key"  # SessionEvent's unique idempotency key
 
 
 class Write(NamedTuple):
@@ -35,7 +42,7 @@ def _insert(rows: Sequence[EventRow]) -> tuple[str, list[Any]]:
         params += [row.session_id, row.seq, row.exchange_id, row.kind, row.narrative, row.body, row.key,
                    when(row.created_at)]
     return ("INSERT INTO loop_sessionevent (session_id, seq, exchange_id, kind, narrative, payload, "
-            f"idempotency_key, created_at) VALUES {values} ON CONFLICT (idempotency_key) DO NOTHING RETURNING seq",
+            f"idempotency_key, created_at) VALUES {values}",
             params)
 
 
@@ -50,32 +57,24 @@ def _session_updates(sessions: Mapping[int, Mapping[str, int]]) -> list[tuple[st
 
 
 def flush(cursor: Cursor, rows: Sequence[EventRow], sessions: Mapping[int, Mapping[str, int]],
-          writes: Sequence[Write]) -> int:
+          writes: Sequence[Write]) -> None:
     """Insert ``rows`` (seqs allocated under the session locks), set each session's counters
-    (``last_seq``, ``exchange_count``) and run ``writes``; returns how many rows were inserted (a
-    row whose idempotency key is stored already is not)."""
+    (``last_seq``, ``exchange_count``) and run ``writes``. A row whose idempotency key is stored
+    already fails the statement (:func:`repeats_a_key`)."""
     updates = [*_session_updates(sessions), *((write.sql, list(write.params)) for write in writes)]
-    if connection.vendor == "postgresql":
-        parts = [f"w{index} AS ({statement})" for index, (statement, _params) in enumerate(updates)]
-        params = [value for _statement, values in updates for value in values]
-        if rows:
-            insert, insert_params = _insert(rows)
-            parts.append(f"inserted AS ({insert})")
-            params += insert_params
-            tail = "SELECT count(*) FROM inserted"
-        elif len(updates) == 1:
-            cursor.execute(*updates[0])
-            return 0
-        else:
-            tail = "SELECT 0"
-        if parts:
-            cursor.execute(f"WITH {', '.join(parts)} {tail}", params)
-            return int(cursor.fetchone()[0])
-        return 0
-    inserted = 0
-    if rows:
-        cursor.execute(*_insert(rows))
-        inserted = len(cursor.fetchall())
-    for statement, values in updates:
+    statements = ([_insert(rows)] if rows else []) + updates
+    if connection.vendor == "postgresql" and len(statements) > 1:
+        (main, main_params), *rest = statements
+        parts = [f"w{index} AS ({statement})" for index, (statement, _params) in enumerate(rest)]
+        cursor.execute(f"WITH {', '.join(parts)} {main}",
+                       [value for _statement, values in rest for value in values] + list(main_params))
+        return
+    for statement, values in statements:
         cursor.execute(statement, values)
-    return inserted
+
+
+def repeats_a_key(error: IntegrityError) -> bool:
+    """Whether ``error`` is a narrative row repeating a stored idempotency key."""
+    cause = error.__cause__
+    constraint = getattr(getattr(cause, "diag", None), "constraint_name", None)  # psycopg
+    return constraint == KEY_CONSTRAINT or f"{SessionEvent._meta.db_table}.idempotency_key" in str(cause)

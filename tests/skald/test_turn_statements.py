@@ -2,9 +2,10 @@
 
 The exchange is the benchmark's (``bench/kernel.py``): a user message, the model asks for one
 ``echo`` call, the tool runs, the model answers; the real store, audit chain and bus. Its
-statements are round trips to the database (nothing is pipelined), so their number is the
-load-independent part of a turn's cost. A change that adds one fails here; a change that saves
-some lowers the pin.
+statements are round trips to the database, but on PostgreSQL each transaction's last write travels
+with its COMMIT (``loop.sql.sent_with_commit``; Django's query capture, used here, turns that off
+so every statement is seen): their number is the load-independent part of a turn's cost. A change
+that adds one fails here; a change that saves some lowers the pin.
 """
 
 from __future__ import annotations
