@@ -15,7 +15,6 @@ every call) and about a third of a statement's CPU on PostgreSQL. While Django r
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -65,13 +64,20 @@ def in_transaction() -> bool:
     return connection.in_atomic_block
 
 
-_PERCENT_S = re.compile(r"(?<!%)%s")
-
-
 @lru_cache(maxsize=512)
 def _qmark(sql: str) -> str:
-    """``%s`` placeholders as sqlite3's ``?`` (what Django's SQLite cursor does on every call)."""
-    return _PERCENT_S.sub("?", sql).replace("%%", "%")
+    """``%s`` placeholders as sqlite3's ``?``: Django's SQLite conversion (``convert_query``), done
+    once per distinct statement instead of on every call."""
+    # Imported here: Django's SQLite backend costs a PostgreSQL process about 10 ms to load.
+    from django.db.backends.sqlite3.base import FORMAT_QMARK_REGEX
+
+    return FORMAT_QMARK_REGEX.sub("?", sql).replace("%%", "%")
+
+
+def _django_must_see(db: BaseDatabaseWrapper) -> bool:
+    """Django records queries (``DEBUG``, ``CaptureQueriesContext``) or runs an execute wrapper:
+    the statements must then go through Django's cursor, one by one."""
+    return bool(db.queries_logged or db.execute_wrappers)
 
 
 class DriverCursor:
@@ -111,7 +117,7 @@ class DriverCursor:
 def cursor() -> Cursor:
     """A cursor for a batch of the hand-written statements, inside the caller's transaction."""
     db = connections[DEFAULT_DB_ALIAS]
-    if db.queries_logged or db.execute_wrappers:  # Django must see these statements
+    if _django_must_see(db):
         return db.cursor()
     db.close_if_health_check_failed()
     db.ensure_connection()
@@ -134,8 +140,8 @@ def sent_with_commit() -> Iterator[None]:
     Besides the round trip, a lock the block takes (the audit chain's) is held until the COMMIT
     that follows it on the server, not for a round trip to this process and back."""
     db = connections[DEFAULT_DB_ALIAS]
-    if (db.vendor != "postgresql" or db.queries_logged or db.execute_wrappers or db.savepoint_ids
-            or len(db.atomic_blocks) != 1 or db.needs_rollback):
+    if (db.vendor != "postgresql" or _django_must_see(db) or db.savepoint_ids or len(db.atomic_blocks) != 1
+            or db.needs_rollback):
         yield
         return
     with db.wrap_database_errors, db.connection.pipeline():

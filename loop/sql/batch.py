@@ -19,7 +19,9 @@ from loop.models import SessionEvent
 from loop.sql import Cursor, json_param, when
 from loop.sql.events import EventRow
 
-KEY_CONSTRAINT = "loop_event_unique_key"  # SessionEvent's unique idempotency key
+# The name of SessionEvent's unique constraint on its idempotency key, as the model declares it.
+KEY_CONSTRAINT = next(constraint.name for constraint in SessionEvent._meta.constraints
+                      if list(getattr(constraint, "fields", ())) == ["idempotency_key"])
 
 
 class Write(NamedTuple):

@@ -25,6 +25,7 @@ def session(django_user_model):
 
 def test_placeholders_and_a_literal_percent_read_as_with_djangos_cursor():
     with sql.cursor() as cursor:
+        assert isinstance(cursor, sql.DriverCursor)  # not Django's: nothing records queries here
         cursor.execute("SELECT %s, %s, '100%%'", [7, "seven"])
         assert tuple(cursor.fetchone()) == (7, "seven", "100%")
         cursor.execute("SELECT 1 UNION ALL SELECT 2 ORDER BY 1")
