@@ -1,4 +1,6 @@
 """``make bench``: :mod:`bench.kernel` on a fresh SQLite file, then on a fresh PostgreSQL database;
+then :mod:`bench.peer`, the same turn through LangGraph checkpointing to the same databases (in
+its own virtualenv, :mod:`bench.peer_runner`);
 then :mod:`bench.stream_latency`, event commit → websocket client, in the embedded and Redis profiles;
 then :mod:`bench.compaction` (a 2,000-turn session: request size and per-turn cost at turns 1, 500,
 1,000 and 2,000) on each database;
@@ -24,7 +26,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from bench import tripwires as tripwire_bench
+from bench.child_run import run_for_json
 from bench.kernel import EDGE, TARGET_GROWTH, TARGET_MEDIAN_MS, TURNS, Result, mark
+from bench.peer_runner import PEER_POSTGRES_URL, run_peer
 from skald.core.child_env import hermetic_env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -74,30 +78,16 @@ def recreate_postgres_database(url: str) -> str:
 def run_kernel(title: str, env: dict[str, str], result_file: Path) -> Result | str:
     """One :mod:`bench.kernel` process; its report streams through. Returns the figures or an error."""
     print(f"\n=== {title} ===", flush=True)
-    try:
-        completed = subprocess.run(
-            [sys.executable, "-m", "bench.kernel", "--result-file", str(result_file)],
-            cwd=BASE_DIR, env=env, timeout=RUN_TIMEOUT_S, check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return f"timed out after {RUN_TIMEOUT_S} s"
-    if completed.returncode != 0 or not result_file.exists():
-        return f"failed with exit status {completed.returncode}"
-    return Result(**json.loads(result_file.read_text(encoding="utf-8")))
+    figures = run_for_json([sys.executable, "-m", "bench.kernel", "--result-file", str(result_file)], env,
+                           result_file, RUN_TIMEOUT_S)
+    return figures if isinstance(figures, str) else Result(**figures)  # type: ignore[arg-type]
 
 
 def run_stream(profile: str, env: dict[str, str], result_file: Path) -> dict[str, object] | str:
     print(f"\n=== Stream latency: {profile} ===", flush=True)
-    try:
-        env = {**env, "SKALD_ALLOWED_HOSTS": "127.0.0.1"}  # the websocket origin check
-        completed = subprocess.run([sys.executable, "-m", "bench.stream_latency", "--profile", profile,
-                                    "--result-file", str(result_file)], cwd=BASE_DIR, env=env,
-                                   timeout=RUN_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        return f"timed out after {RUN_TIMEOUT_S} s"
-    if completed.returncode != 0 or not result_file.exists():
-        return f"failed with exit status {completed.returncode}"
-    return dict(json.loads(result_file.read_text(encoding="utf-8")))
+    env = {**env, "SKALD_ALLOWED_HOSTS": "127.0.0.1"}  # the websocket origin check
+    return run_for_json([sys.executable, "-m", "bench.stream_latency", "--profile", profile,
+                         "--result-file", str(result_file)], env, result_file, RUN_TIMEOUT_S)
 
 
 def stream_summary(results: dict[str, dict[str, object] | str]) -> str:
@@ -125,13 +115,25 @@ def run_compaction(title: str, env: dict[str, str]) -> str:
     return "" if completed.returncode == 0 else f"failed with exit status {completed.returncode}"
 
 
-def summary(results: dict[str, Result | str]) -> str:
-    """The closing table: one column per database, the targets on the right."""
+Peer = dict[str, object]
+
+
+def summary(results: dict[str, Result | str], peers: dict[str, Peer | str] | None = None) -> str:
+    """The closing table: one column per database, the targets on the right; then the peer's
+    figures for the same turn (:mod:`bench.peer`) beside them."""
     columns = list(results)
+    peers = peers or {}
     rows: list[tuple[str, dict[str, str], str]] = []
 
     def row(label: str, fmt: Callable[[Result], str], target: str = "") -> None:
         cells = {name: fmt(value) if isinstance(value, Result) else "-" for name, value in results.items()}
+        rows.append((label, cells, target))
+
+    def peer_row(label: str, fmt: Callable[[Result, Peer], str], target: str = "") -> None:
+        cells = {}
+        for name, value in results.items():
+            peer = peers.get(name)
+            cells[name] = fmt(value, peer) if isinstance(value, Result) and isinstance(peer, dict) else "-"
         rows.append((label, cells, target))
 
     row("median overhead / one-tool turn",
@@ -155,6 +157,15 @@ def summary(results: dict[str, Result | str]) -> str:
     row("round-trip floor (probe x other round trips)", lambda r: f"{r.round_trip_floor_ms:.2f} ms")
     row("waiting on the database (overhead - CPU)", lambda r: f"{r.wait_median_ms:.2f} ms")
     row("audit chain verified", lambda r: "ok" if r.chain_ok else "BROKEN")
+    peer_row("peer: LangGraph, sync checkpoints, median", lambda r, p: f"{_ms(p, 'median_ms'):.2f} ms")
+    peer_row(f"peer: mean of turns 1-{EDGE} (its short thread)", lambda r, p: f"{_ms(p, 'first_mean_ms'):.2f} ms")
+    peer_row(f"peer: growth turn {TURNS} / turn 1", lambda r, p: f"{_ms(p, 'growth'):.2f}x")
+    peer_row("peer: CPU per turn", lambda r, p: f"{_ms(p, 'cpu_median_ms'):.2f} ms")
+    peer_row("Skald's turn / the peer's, medians", lambda r, p: f"{r.median_ms / _ms(p, 'median_ms'):.2f}x "
+             f"{mark(r.median_ms < _ms(p, 'median_ms'))}", "< 1: cheaper than the peer (issue 14's title)")
+    peer_row(f"Skald's turn / the peer's, turns 1-{EDGE}",
+             lambda r, p: f"{r.first_mean_ms / _ms(p, 'first_mean_ms'):.2f}x "
+                          f"{mark(r.first_mean_ms < _ms(p, 'first_mean_ms'))}", "< 1, against the peer's best case")
 
     width = max(len(label) for label, _cells, _target in rows) + 2
     col = max(16, *(len(c) + 2 for _l, cells, _t in rows for c in cells.values()))
@@ -166,10 +177,17 @@ def summary(results: dict[str, Result | str]) -> str:
     for name, value in results.items():
         if isinstance(value, str):
             lines.append(f"{name}: not measured ({value})")
+    for name, peer in peers.items():
+        if isinstance(peer, str):
+            lines.append(f"peer on {name}: not measured ({peer})")
     lines.append("Overhead = wall time of run_turns_keyed minus the time inside the provider's stream; "
                  "one turn = user message -> one echo call -> answer (2 provider calls).")
     lines.append("PASS/FAIL is informative only. Wall-clock figures move with the machine's load (see above).")
     return "\n".join(lines)
+
+
+def _ms(peer: Peer, key: str) -> float:
+    return float(str(peer[key]))
 
 
 def main() -> int:
@@ -194,6 +212,10 @@ def main() -> int:
             results["PostgreSQL"] = run_kernel(f"PostgreSQL ({POSTGRES_URL}, recreated)",
                                                _env(Path(tmp) / "postgres", POSTGRES_URL),
                                                Path(tmp) / "postgres.json")
+        peers: dict[str, Peer | str] = {"SQLite": run_peer("SQLite", "sqlite", Path(tmp) / "peer-sqlite.json")}
+        if not isinstance(results["PostgreSQL"], str):
+            peers["PostgreSQL"] = run_peer(f"PostgreSQL ({PEER_POSTGRES_URL}, recreated)", PEER_POSTGRES_URL,
+                                           Path(tmp) / "peer-postgres.json")
         streams: dict[str, dict[str, object] | str] = {
             "embedded": run_stream("embedded", _env(Path(tmp) / "stream-embedded"), Path(tmp) / "stream-e.json")}
         problem = recreate_postgres_database(STREAM_POSTGRES_URL)
@@ -207,10 +229,10 @@ def main() -> int:
     scale = run_scale()
     print(f"\n=== Summary ({time.perf_counter() - started:.0f} s, load average {load:.2f} at start, "
           f"{os.getloadavg()[0]:.2f} now) ===", flush=True)
-    print(summary(results), flush=True)
+    print(summary(results, peers), flush=True)
     print(stream_summary(streams), flush=True)
     print(scale_summary(scale), flush=True)
-    write_json(load, results, streams, scale)
+    write_json(load, results, peers, streams, scale)
     failed = [name for name, value in [*results.items(), *streams.items(), ("scale", scale)]
               if isinstance(value, str) and not value.startswith("unreachable")]
     failed += [f"compaction on {name}" for name, problem in compaction.items() if problem]
@@ -243,18 +265,18 @@ def scale_summary(scale: dict[str, object] | str) -> str:
         return f"scale: not measured ({scale})"
     from bench.scale import Point, Report, table
 
-    report = Report(**{**scale, "points": [Point(**p) for p in scale["points"]]})  # type: ignore[arg-type, union-attr]
+    report = Report(**{**scale, "points": [Point(**p) for p in scale["points"]]})  # type: ignore[arg-type, union-attr, attr-defined]
     return table(report)
 
 
-def write_json(load: float, results: dict[str, Result | str], streams: dict[str, dict[str, object] | str],
-               scale: dict[str, object] | str) -> None:
+def write_json(load: float, results: dict[str, Result | str], peers: dict[str, Peer | str],
+               streams: dict[str, dict[str, object] | str], scale: dict[str, object] | str) -> None:
     """The figures of this run, comparable with later ones (``var/bench/bench-<time>.json``)."""
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
     figures = {
         "time": STAMP, "load_average_at_start": load, "cpus": os.cpu_count(),
         "kernel": {name: asdict(value) if isinstance(value, Result) else value for name, value in results.items()},
-        "stream": streams, "scale": scale,
+        "peer": peers, "stream": streams, "scale": scale,
     }
     path = BENCH_DIR / f"bench-{STAMP}.json"
     path.write_text(json.dumps(figures, indent=2), encoding="utf-8")

@@ -290,7 +290,7 @@ def _sample_queries(owner_id: int, provider: TimedProvider, workspace: Path) -> 
             with_commit += 1
             return real(conn)
 
-        psycopg.Connection.pipeline = counted  # type: ignore[method-assign]
+        psycopg.Connection.pipeline = counted  # type: ignore[method-assign, assignment]
         try:
             run_turn(env, provider, 3)
         finally:

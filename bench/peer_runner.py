@@ -1,0 +1,59 @@
+"""``make bench``'s side of :mod:`bench.peer`: the peer's own virtualenv, made from pyproject's
+``peer`` extra on first use (and again when the extra changes), and one run of the peer per
+database, in a fresh process of that virtualenv."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from bench.child_run import run_for_json
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VENV = BASE_DIR / "var" / "bench" / "peer-venv"
+PEER_POSTGRES_URL = os.environ.get("BENCH_PEER_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/skald_bench_peer")
+INSTALL_TIMEOUT_S = 600
+RUN_TIMEOUT_S = 300
+
+
+def requirements() -> list[str]:
+    """The ``peer`` extra of pyproject.toml: the peer's direct dependencies, with their ranges."""
+    project = tomllib.loads((BASE_DIR / "pyproject.toml").read_text(encoding="utf-8"))
+    return list(project["project"]["optional-dependencies"]["peer"])
+
+
+def peer_python() -> Path | str:
+    """The peer virtualenv's interpreter, installed from :func:`requirements`; or why not."""
+    wanted = requirements()
+    stamp = VENV / ".installed"
+    digest = hashlib.sha256("\n".join(wanted).encode()).hexdigest()
+    python = VENV / "bin" / "python"
+    if stamp.exists() and stamp.read_text(encoding="utf-8") == digest and python.exists():
+        return python
+    print(f"(installing the peer into {VENV.relative_to(BASE_DIR)}: {', '.join(wanted)})", flush=True)
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True, timeout=INSTALL_TIMEOUT_S)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *wanted],
+                       check=True, timeout=INSTALL_TIMEOUT_S, capture_output=True, text=True)
+    except subprocess.CalledProcessError as exc:
+        return f"could not install the peer: {(exc.stderr or '').strip().splitlines()[-1:] or exc}"
+    except subprocess.TimeoutExpired as exc:
+        return f"could not install the peer ({exc})"
+    stamp.write_text(digest, encoding="utf-8")
+    return python
+
+
+def run_peer(title: str, database: str, result_file: Path) -> dict[str, object] | str:
+    """One :mod:`bench.peer` process on ``database`` (``sqlite`` or a PostgreSQL URL)."""
+    print(f"\n=== Peer: the same turn through LangGraph, {title} (bench/peer.py) ===", flush=True)
+    python = peer_python()
+    if isinstance(python, str):
+        return python
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"),
+           "PYTHONWARNINGS": "ignore::DeprecationWarning"}
+    return run_for_json([str(python), "-m", "bench.peer", "--database", database, "--result-file", str(result_file)],
+                        env, result_file, RUN_TIMEOUT_S)
