@@ -34,13 +34,14 @@ def peer_python() -> Path | str:
     python = VENV / "bin" / "python"
     if stamp.exists() and stamp.read_text(encoding="utf-8") == digest and python.exists():
         return python
-    print(f"(installing the peer into {VENV.relative_to(BASE_DIR)}: {', '.join(wanted)})", flush=True)
+    print(f"(installing the peer into {VENV}: {', '.join(wanted)})", flush=True)
     try:
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True, timeout=INSTALL_TIMEOUT_S)
         subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *wanted],
                        check=True, timeout=INSTALL_TIMEOUT_S, capture_output=True, text=True)
     except subprocess.CalledProcessError as exc:
-        return f"could not install the peer: {(exc.stderr or '').strip().splitlines()[-1:] or exc}"
+        last = (exc.stderr or "").strip().splitlines()
+        return f"could not install the peer: {last[-1] if last else exc}"
     except subprocess.TimeoutExpired as exc:
         return f"could not install the peer ({exc})"
     stamp.write_text(digest, encoding="utf-8")
