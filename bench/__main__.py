@@ -27,8 +27,9 @@ from pathlib import Path
 
 from bench import tripwires as tripwire_bench
 from bench.child_run import run_for_json
-from bench.kernel import EDGE, TARGET_GROWTH, TARGET_MEDIAN_MS, TURNS, Result, mark
+from bench.kernel import TARGET_GROWTH, TARGET_MEDIAN_MS, Result, mark
 from bench.peer_runner import PEER_POSTGRES_URL, run_peer
+from bench.turn_shape import EDGE, TURNS, PeerResult
 from skald.core.child_env import hermetic_env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -115,25 +116,21 @@ def run_compaction(title: str, env: dict[str, str]) -> str:
     return "" if completed.returncode == 0 else f"failed with exit status {completed.returncode}"
 
 
-Peer = dict[str, object]
-
-
-def summary(results: dict[str, Result | str], peers: dict[str, Peer | str] | None = None) -> str:
+def summary(results: dict[str, Result | str], peers: dict[str, PeerResult | str]) -> str:
     """The closing table: one column per database, the targets on the right; then the peer's
     figures for the same turn (:mod:`bench.peer`) beside them."""
     columns = list(results)
-    peers = peers or {}
     rows: list[tuple[str, dict[str, str], str]] = []
 
     def row(label: str, fmt: Callable[[Result], str], target: str = "") -> None:
         cells = {name: fmt(value) if isinstance(value, Result) else "-" for name, value in results.items()}
         rows.append((label, cells, target))
 
-    def peer_row(label: str, fmt: Callable[[Result, Peer], str], target: str = "") -> None:
+    def peer_row(label: str, fmt: Callable[[Result, PeerResult], str], target: str = "") -> None:
         cells = {}
         for name, value in results.items():
             peer = peers.get(name)
-            cells[name] = fmt(value, peer) if isinstance(value, Result) and isinstance(peer, dict) else "-"
+            cells[name] = fmt(value, peer) if isinstance(value, Result) and isinstance(peer, PeerResult) else "-"
         rows.append((label, cells, target))
 
     row("median overhead / one-tool turn",
@@ -157,15 +154,16 @@ def summary(results: dict[str, Result | str], peers: dict[str, Peer | str] | Non
     row("round-trip floor (probe x other round trips)", lambda r: f"{r.round_trip_floor_ms:.2f} ms")
     row("waiting on the database (overhead - CPU)", lambda r: f"{r.wait_median_ms:.2f} ms")
     row("audit chain verified", lambda r: "ok" if r.chain_ok else "BROKEN")
-    peer_row("peer: LangGraph, sync checkpoints, median", lambda r, p: f"{_ms(p, 'median_ms'):.2f} ms")
-    peer_row(f"peer: mean of turns 1-{EDGE} (its short thread)", lambda r, p: f"{_ms(p, 'first_mean_ms'):.2f} ms")
-    peer_row(f"peer: growth turn {TURNS} / turn 1", lambda r, p: f"{_ms(p, 'growth'):.2f}x")
-    peer_row("peer: CPU per turn", lambda r, p: f"{_ms(p, 'cpu_median_ms'):.2f} ms")
-    peer_row("Skald's turn / the peer's, medians", lambda r, p: f"{r.median_ms / _ms(p, 'median_ms'):.2f}x "
-             f"{mark(r.median_ms < _ms(p, 'median_ms'))}", "< 1: cheaper than the peer (issue 14's title)")
+    peer_row("peer: LangGraph, sync checkpoints, median", lambda r, p: f"{p.median_ms:.2f} ms")
+    peer_row(f"peer: mean of turns 1-{EDGE} (its short thread)", lambda r, p: f"{p.first_mean_ms:.2f} ms")
+    peer_row(f"peer: growth turn {TURNS} / turn 1", lambda r, p: f"{p.growth:.2f}x")
+    peer_row("peer: CPU per turn", lambda r, p: f"{p.cpu_median_ms:.2f} ms")
+    peer_row("Skald's turn / the peer's, medians",
+             lambda r, p: f"{r.median_ms / p.median_ms:.2f}x {mark(r.median_ms < p.median_ms)}",
+             "< 1: cheaper than the peer (issue 14's title)")
     peer_row(f"Skald's turn / the peer's, turns 1-{EDGE}",
-             lambda r, p: f"{r.first_mean_ms / _ms(p, 'first_mean_ms'):.2f}x "
-                          f"{mark(r.first_mean_ms < _ms(p, 'first_mean_ms'))}", "< 1, against the peer's best case")
+             lambda r, p: f"{r.first_mean_ms / p.first_mean_ms:.2f}x {mark(r.first_mean_ms < p.first_mean_ms)}",
+             "< 1, against the peer's best case")
 
     width = max(len(label) for label, _cells, _target in rows) + 2
     col = max(16, *(len(c) + 2 for _l, cells, _t in rows for c in cells.values()))
@@ -184,10 +182,6 @@ def summary(results: dict[str, Result | str], peers: dict[str, Peer | str] | Non
                  "one turn = user message -> one echo call -> answer (2 provider calls).")
     lines.append("PASS/FAIL is informative only. Wall-clock figures move with the machine's load (see above).")
     return "\n".join(lines)
-
-
-def _ms(peer: Peer, key: str) -> float:
-    return float(str(peer[key]))
 
 
 def main() -> int:
@@ -212,8 +206,8 @@ def main() -> int:
             results["PostgreSQL"] = run_kernel(f"PostgreSQL ({POSTGRES_URL}, recreated)",
                                                _env(Path(tmp) / "postgres", POSTGRES_URL),
                                                Path(tmp) / "postgres.json")
-        peers: dict[str, Peer | str] = {"SQLite": run_peer("SQLite", "sqlite", Path(tmp) / "peer-sqlite.json")}
-        if not isinstance(results["PostgreSQL"], str):
+        peers: dict[str, PeerResult | str] = {"SQLite": run_peer("SQLite", "sqlite", Path(tmp) / "peer-sqlite.json")}
+        if not isinstance(results["PostgreSQL"], str) and not recreate_postgres_database(PEER_POSTGRES_URL):
             peers["PostgreSQL"] = run_peer(f"PostgreSQL ({PEER_POSTGRES_URL}, recreated)", PEER_POSTGRES_URL,
                                            Path(tmp) / "peer-postgres.json")
         streams: dict[str, dict[str, object] | str] = {
@@ -269,14 +263,15 @@ def scale_summary(scale: dict[str, object] | str) -> str:
     return table(report)
 
 
-def write_json(load: float, results: dict[str, Result | str], peers: dict[str, Peer | str],
+def write_json(load: float, results: dict[str, Result | str], peers: dict[str, PeerResult | str],
                streams: dict[str, dict[str, object] | str], scale: dict[str, object] | str) -> None:
     """The figures of this run, comparable with later ones (``var/bench/bench-<time>.json``)."""
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
     figures = {
         "time": STAMP, "load_average_at_start": load, "cpus": os.cpu_count(),
         "kernel": {name: asdict(value) if isinstance(value, Result) else value for name, value in results.items()},
-        "peer": peers, "stream": streams, "scale": scale,
+        "peer": {name: asdict(value) if isinstance(value, PeerResult) else value for name, value in peers.items()},
+        "stream": streams, "scale": scale,
     }
     path = BENCH_DIR / f"bench-{STAMP}.json"
     path.write_text(json.dumps(figures, indent=2), encoding="utf-8")

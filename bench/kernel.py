@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.turn_shape import EDGE, TURNS, WARMUP_TURNS, ends
 from loop.cancellation import CancelToken
 from loop.compaction.extractive import extractive_summary
 from loop.compaction.prompt import is_summary_request
@@ -41,9 +42,6 @@ if TYPE_CHECKING:
 # Modules that touch the ORM (loop.driver, loop.store, skald.*, audit.*) are imported inside the
 # functions below: they need ``django.setup()``, which runs only once the process is configured.
 
-TURNS = 400
-WARMUP_TURNS = 20
-EDGE = 20  # turns averaged at each end for the growth ratio
 TARGET_MEDIAN_MS = {"sqlite": 4.0, "postgresql": 6.0}
 TARGET_GROWTH = 1.2
 
@@ -378,8 +376,7 @@ def measure(*, turns: int = TURNS, warmup: int = WARMUP_TURNS, workspace: Path) 
     chain_ok = chain_verify().ok
 
     ms = [value * 1000 for value in overhead]
-    edge = min(EDGE, max(1, turns // 2))
-    first, last = statistics.fmean(ms[:edge]), statistics.fmean(ms[-edge:])
+    edge, first, last = ends(ms)
     block = max(1, turns // 8)
     blocks = [round(statistics.fmean(ms[i:i + block]), 3) for i in range(0, turns, block)]
     return Result(

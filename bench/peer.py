@@ -15,7 +15,8 @@ This module runs in its own virtualenv (``var/bench/peer-venv``, which ``make be
 pyproject's ``peer`` extra), so the peer's dependencies never enter Skald's: it imports neither
 Django nor Skald.
 
-``python -m bench.peer --database sqlite|postgresql://… [--turns N] [--result-file F]``
+``python -m bench.peer --database sqlite|postgresql://… [--turns N] [--result-file F]``: the PostgreSQL
+database must be empty (``make bench`` drops and creates it first).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +39,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 
-TURNS = 400
-WARMUP_TURNS = 20
-EDGE = 20
+from bench.turn_shape import EDGE, TURNS, WARMUP_TURNS, PeerResult, ends
+
 DURABILITY = "sync"
 
 
@@ -90,22 +91,17 @@ def checkpointer(database: str) -> Iterator[tuple[Any, str]]:
             journal = saver.conn.execute("PRAGMA journal_mode").fetchone()[0]
             yield saver, f"SqliteSaver, fresh file (journal_mode={journal})"
         return
-    import psycopg
     from langgraph.checkpoint.postgres import PostgresSaver
-    from psycopg import sql
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    name = str(conninfo_to_dict(database)["dbname"])
-    with psycopg.connect(make_conninfo(database, dbname="postgres"), autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    name = conninfo_to_dict(database)["dbname"]
     with PostgresSaver.from_conn_string(make_conninfo(database)) as saver:
         saver.setup()
         sync = saver.conn.execute("SHOW synchronous_commit").fetchone()
-        yield saver, f"PostgresSaver, fresh database {name} (synchronous_commit={next(iter(sync.values()))})"
+        yield saver, f"PostgresSaver, database {name} (synchronous_commit={next(iter(sync.values()))})"
 
 
-def measure(database: str, *, turns: int = TURNS, warmup: int = WARMUP_TURNS) -> dict[str, Any]:
+def measure(database: str, *, turns: int = TURNS, warmup: int = WARMUP_TURNS) -> PeerResult:
     model = ScriptedChat()
     with checkpointer(database) as (saver, label):
         agent = create_agent(model, [echo], system_prompt="You benchmark.", checkpointer=saver)
@@ -123,14 +119,13 @@ def measure(database: str, *, turns: int = TURNS, warmup: int = WARMUP_TURNS) ->
             turn("warm-up", number)
         overhead, in_model, cpu = zip(*(turn("long", number) for number in range(1, turns + 1)), strict=True)
     ms = [value * 1000 for value in overhead]
-    edge = min(EDGE, max(1, turns // 2))
-    first, last = statistics.fmean(ms[:edge]), statistics.fmean(ms[-edge:])
-    return {
-        "peer": "LangGraph create_agent", "checkpointer": label, "durability": DURABILITY, "turns": turns,
-        "median_ms": statistics.median(ms), "first_mean_ms": first, "last_mean_ms": last, "growth": last / first,
-        "cpu_median_ms": statistics.median(cpu) * 1000, "model_median_ms": statistics.median(in_model) * 1000,
-        "versions": _versions(),
-    }
+    _edge, first, last = ends(ms)
+    return PeerResult(
+        peer="LangGraph create_agent", checkpointer=label, durability=DURABILITY, turns=turns,
+        median_ms=statistics.median(ms), first_mean_ms=first, last_mean_ms=last, growth=last / first,
+        cpu_median_ms=statistics.median(cpu) * 1000, model_median_ms=statistics.median(in_model) * 1000,
+        versions=_versions(),
+    )
 
 
 def _versions() -> dict[str, str]:
@@ -141,19 +136,19 @@ def _versions() -> dict[str, str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.peer", description=__doc__.splitlines()[0])
-    parser.add_argument("--database", required=True, help="sqlite, or a postgresql:// URL (dropped and created)")
+    parser.add_argument("--database", required=True, help="sqlite, or the URL of an empty PostgreSQL database")
     parser.add_argument("--turns", type=int, default=TURNS)
     parser.add_argument("--warmup", type=int, default=WARMUP_TURNS)
     parser.add_argument("--result-file", type=Path)
     args = parser.parse_args(argv)
     result = measure(args.database, turns=args.turns, warmup=args.warmup)
-    print(f"{result['peer']} with {result['checkpointer']}, durability={DURABILITY}: "
-          f"median {result['median_ms']:.2f} ms per one-tool turn (model time subtracted), "
-          f"turns 1-{EDGE} {result['first_mean_ms']:.2f} ms, last {EDGE} {result['last_mean_ms']:.2f} ms "
-          f"(growth {result['growth']:.2f}x), CPU {result['cpu_median_ms']:.2f} ms",
+    print(f"{result.peer} with {result.checkpointer}, durability={DURABILITY}: "
+          f"median {result.median_ms:.2f} ms per one-tool turn (model time subtracted), "
+          f"turns 1-{EDGE} {result.first_mean_ms:.2f} ms, last {EDGE} {result.last_mean_ms:.2f} ms "
+          f"(growth {result.growth:.2f}x), CPU {result.cpu_median_ms:.2f} ms",
           flush=True)
     if args.result_file:
-        args.result_file.write_text(json.dumps(result, indent=2), encoding="utf-8")
+        args.result_file.write_text(json.dumps(asdict(result), indent=2), encoding="utf-8")
     return 0
 
 

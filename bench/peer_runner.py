@@ -12,6 +12,8 @@ import tomllib
 from pathlib import Path
 
 from bench.child_run import run_for_json
+from bench.turn_shape import PeerResult
+from skald.core.child_env import hermetic_env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VENV = BASE_DIR / "var" / "bench" / "peer-venv"
@@ -48,13 +50,14 @@ def peer_python() -> Path | str:
     return python
 
 
-def run_peer(title: str, database: str, result_file: Path) -> dict[str, object] | str:
-    """One :mod:`bench.peer` process on ``database`` (``sqlite`` or a PostgreSQL URL)."""
+def run_peer(title: str, database: str, result_file: Path) -> PeerResult | str:
+    """One :mod:`bench.peer` process on ``database``: ``sqlite``, or the URL of an empty PostgreSQL
+    database (the caller recreates it, as for the kernel runs)."""
     print(f"\n=== Peer: the same turn through LangGraph, {title} (bench/peer.py) ===", flush=True)
     python = peer_python()
     if isinstance(python, str):
         return python
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"),
-           "PYTHONWARNINGS": "ignore::DeprecationWarning"}
-    return run_for_json([str(python), "-m", "bench.peer", "--database", database, "--result-file", str(result_file)],
-                        env, result_file, RUN_TIMEOUT_S)
+    figures = run_for_json([str(python), "-m", "bench.peer", "--database", database, "--result-file",
+                            str(result_file)], hermetic_env(PYTHONWARNINGS="ignore::DeprecationWarning"),
+                           result_file, RUN_TIMEOUT_S)
+    return figures if isinstance(figures, str) else PeerResult(**figures)  # type: ignore[arg-type]

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.kernel import (
-    WARMUP_TURNS,
     TimedProvider,
     bench_provider,
     build_env,
@@ -39,6 +38,7 @@ from bench.kernel import (
     create_session,
     run_turn,
 )
+from bench.turn_shape import WARMUP_TURNS
 
 # label → "module:Attribute.path" of the callable to time. Indented rows run inside the row above;
 # the exclusive times ("excl") add up to the turn.
