@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 
 from bench.loadstack import BenchStack, start_stack
+from bench.procstat import cpu_seconds
 
 SESSIONS_A, MESSAGES_A = 32, 10
 CLIENTS_B, SECONDS_B = 50, 30.0
@@ -143,18 +144,6 @@ async def read_until_settled(client: httpx.AsyncClient, traffic: Traffic, sessio
             if status is not None and status.status_code == 200 and status.json()["status"] == "broken":
                 return after
     return after
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime + stime
-    return total / ticks
 
 
 # --- phases -----------------------------------------------------------------------------------------

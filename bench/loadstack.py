@@ -23,6 +23,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from bench.procstat import cpu_seconds
 from tests.e2e.stack import Stack, launch
 
 ADMIN_URL = os.environ.get("BENCH_LOAD_ADMIN_URL", "postgres://postgres@127.0.0.1:5432/postgres")
@@ -113,8 +114,6 @@ class BenchStack:
         self.worker_pids = [p.pid for p in tree if "qcluster" in p.cmdline]
 
     def cpu(self) -> dict[str, float]:
-        from bench.load import cpu_seconds
-
         self.find_processes()  # django-q2 may have recycled a worker
         return {"daphne": cpu_seconds([self.daphne_pid]), "workers": cpu_seconds(self.worker_pids)}
 
