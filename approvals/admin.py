@@ -1,7 +1,7 @@
 """Approvals in the admin (SPEC A2, O3): security groups with their rules, global rules, parked
 calls and known tools.
 
-Every write goes through a service: rules and groups through :mod:`approvals.policy_services`
+Every write goes through a service: rules and groups through :mod:`approvals.rules.services`
 (audited RULE_CHANGED / GROUP_CHANGED), resolutions through ``pending_approval_resolve`` — the
 same service the API calls. Parked calls and known tools are never edited here.
 """
@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from approvals import admin_pending, admin_rules  # noqa: F401  (they register their admins)
 from approvals.models import KnownTool
+from approvals.pending import admin as pending_admin  # noqa: F401  (each registers its pages)
+from approvals.rules import admin as rules_admin  # noqa: F401
+from approvals.tripwires import admin as tripwires_admin  # noqa: F401
 from skald.core.admin import ReadOnlyAdmin
 
 # --- known tools -------------------------------------------------------------------------------
@@ -22,6 +24,3 @@ class KnownToolAdmin(ReadOnlyAdmin):
     list_filter = ["category"]
     search_fields = ["name", "description"]
 
-
-# Credential tripwires live in their own module; importing it registers them with this site.
-from approvals import admin_tripwires  # noqa: E402, F401

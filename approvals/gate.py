@@ -39,7 +39,7 @@ class ApprovalGate:
         self.previewer = previewer
 
     def check(self, call: GateCall, scope: TurnScope | None) -> GateVerdict:
-        from approvals.policy import decide
+        from approvals.rules.policy import decide
 
         if scope is None:
             verdict = GateVerdict("deny", "no scope")

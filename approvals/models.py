@@ -117,7 +117,7 @@ class PendingApproval(models.Model):
 class TripwirePattern(models.Model):
     """An organisation's own credential shape (SPEC L16): text it matches never reaches a provider.
 
-    Written only through :mod:`approvals.tripwire_services` (validated, audited).
+    Written only through :mod:`approvals.tripwires.services` (validated, audited).
     """
 
     name = models.SlugField(max_length=60, unique=True, help_text="The kind a refusal names: org:<name>.")

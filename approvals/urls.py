@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from approvals.api import ExplainView, ToolListView
+from approvals.rules.api import ExplainView, ToolListView
 
 urlpatterns = [
     path("explain", ExplainView.as_view(), name="approval-explain"),

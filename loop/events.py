@@ -31,6 +31,9 @@ class EventKind(StrEnum):
     FRAME_CLOSED = "control:frame_closed"
     COMPACTION_QUOTA = "control:compaction_quota"
     NOTE = "control:note"
+    # Written into the session log by the product (an async task's or cron run's status, SPEC S4),
+    # named here so that every reader of the log knows every kind.
+    TASK_UPDATE = "control:task_update"
 
 
 CONVERSATION_KINDS = frozenset(

@@ -18,4 +18,8 @@ class SkaldAdminConfig(admin_apps.AdminConfig):
 
     default = False  # SkaldConfig stays this module's default app config
 
-    default_site = "skald.admin_site.SkaldAdminSite"
+    default_site = "skald.admin.site.SkaldAdminSite"
+
+    def ready(self) -> None:
+        super().ready()  # every app's admin module, skald.admin's (which registers nothing) included
+        from skald.admin import catalogue, identity, jobs, store  # noqa: F401  (each registers its pages)

@@ -18,7 +18,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser
 
-from approvals.services import pending_approval_resolve
+from approvals.pending.services import pending_approval_resolve
 from skald.core.errors import SkaldError
 from skald.identity.revocation import user_group
 from skald.identity.tokens import token_is_current

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from django.contrib.auth.models import Group, User
 from django.db import transaction
 
-from approvals.seed import demo_rules_ensure
+from approvals.rules.seed import demo_rules_ensure
 from audit.actors import Actor
 from audit.kinds import AuditKind
 from audit.services import audit_append

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from skald.admin_live import AdminLiveConsumer
+from skald.admin.live import AdminLiveConsumer
 from skald.consumers import SessionConsumer
 
 websocket_urlpatterns = [

@@ -6,7 +6,7 @@ import logging
 
 from django.conf import settings
 
-from approvals.services import approvals_expire
+from approvals.pending.services import approvals_expire
 from loop.errors import LeaseLost
 from loop.models import Exchange, ExchangeStatus, ToolCall
 from loop.recovery import recover_exchange, resolve_pending

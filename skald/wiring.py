@@ -10,8 +10,9 @@ from collections.abc import Sequence
 
 from approvals import metrics as approval_metrics
 from approvals.gate import ApprovalGate
-from approvals.services import approvals_cancel_for_calls, known_tools_record
-from approvals.tripwire_selectors import tripwire_rule_set
+from approvals.known_tools import known_tools_record
+from approvals.pending.services import approvals_cancel_for_calls
+from approvals.tripwires.selectors import tripwire_rule_set
 from loop.ports import Gate
 from loop.providers.base import ToolSpec
 from proposals.services import capture_proposals_on_resolve

@@ -1,6 +1,6 @@
 """Seed the default global approval rules on first boot (SPEC A1).
 
-A frozen copy of ``approvals.seed.DEFAULT_RULES``: migrations must not import code that changes.
+A frozen copy of ``approvals.rules.seed.DEFAULT_RULES``: migrations must not import code that changes.
 Only an empty rule table is seeded, so re-running never overwrites an operator's configuration.
 """
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import include, path
 
-from approvals import api_pending
+from approvals.pending import api as api_pending
 from skald.api import cases, sessions, tasks
 from skald.api.inspect import InspectView
 from skald.api.replay import ReplayVerifyView

@@ -16,6 +16,7 @@ from django_q.models import Schedule
 from audit.actors import Actor
 from audit.kinds import AuditKind
 from audit.services import audit_append
+from loop.events import EventKind
 from loop.models import Exchange, Session
 from skald.core import clock
 from skald.core.errors import Conflict, NotFound
@@ -24,7 +25,7 @@ from skald.jobs.classify import Ending
 from skald.jobs.models import JobKind, JobRun, JobStatus, RunEnding, ScheduledJob
 from skald.loop_adapters.store import kernel_store
 
-TASK_UPDATE = "control:task_update"
+TASK_UPDATE = EventKind.TASK_UPDATE
 TASKS_ACTOR = Actor.system("tasks")
 RUN_TASK = "skald.tasks.run_job"
 DELIVER = "skald.tasks.deliver_job_run"

@@ -26,7 +26,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from approvals.seed import default_rules_ensure
+from approvals.rules.seed import default_rules_ensure
 from audit.actors import Actor
 from loop.providers.loopback import text_turn
 from skald.agents.seed import seed_agents

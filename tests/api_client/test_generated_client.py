@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from approvals.seed import default_rules_ensure
+from approvals.rules.seed import default_rules_ensure
 from loop.providers.loopback import text_turn, tool_turn
 from skald.agents.seed import seed_agents
 from tests.conftest import PASSWORD

@@ -23,7 +23,7 @@ def workspace_root(settings, tmp_path):
 @pytest.fixture
 def troubleshooting(alice, inline_tasks, workspace_root):
     """alice's session with the seeded troubleshooter and the default approval rules."""
-    from approvals.seed import default_rules_ensure
+    from approvals.rules.seed import default_rules_ensure
 
     seed_agents()
     default_rules_ensure()

@@ -160,7 +160,7 @@ def test_resolving_in_a_fresh_process_continues_the_run(alice, carol, troublesho
     code = (
         "import django; django.setup();"
         "from django.contrib.auth.models import User;"
-        "from approvals.services import pending_approval_resolve;"
+        "from approvals.pending.services import pending_approval_resolve;"
         f"pending_approval_resolve(resolver=User.objects.get(username='carol'), request_id='{request_id}',"
         " decision='approve')"
     )

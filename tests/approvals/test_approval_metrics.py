@@ -9,7 +9,7 @@ import pytest
 import time_machine
 
 from approvals.models import ApprovalStatus, PendingApproval
-from approvals.services import pending_approval_resolve
+from approvals.pending.services import pending_approval_resolve
 from loop.models import ExchangeStatus
 from loop.providers.loopback import text_turn, tool_turn
 from skald.core import clock

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from approvals.engine import Decision, RuleSet, RuleView, arg_lookup, arg_text, check
+from approvals.rules.engine import Decision, RuleSet, RuleView, arg_lookup, arg_text, check
 
 _ids = iter(range(1, 1_000_000))
 

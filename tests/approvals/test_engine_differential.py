@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from approvals.engine import RuleSet, RuleView, check
+from approvals.rules.engine import RuleSet, RuleView, check
 from tests.strength import examples
 
 TOOLS = ["read_file", "write_file", "execute_cmd", "ask_human", "x"]

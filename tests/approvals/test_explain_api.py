@@ -7,7 +7,7 @@ import json
 import pytest
 
 from approvals.models import ApprovalRule, KnownTool, SecurityGroup
-from approvals.seed import DEFAULT_RULES
+from approvals.rules.seed import DEFAULT_RULES
 from skald.agents.seed import seed_agents
 from skald.core import clock
 from skald.models import Agent, AgentKind

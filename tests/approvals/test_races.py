@@ -9,8 +9,8 @@ import pytest
 from rest_framework.test import APIClient
 from rest_framework_simplejwt.tokens import RefreshToken
 
+from approvals.known_tools import known_tools_record
 from approvals.models import ApprovalStatus, KnownTool, PendingApproval
-from approvals.services import known_tools_record
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from loop.models import ExchangeStatus

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from approvals.engine import RuleSet, RuleView
-from approvals.rule_lint import rule_warnings
+from approvals.rules.engine import RuleSet, RuleView
+from approvals.rules.lint import rule_warnings
 
 
 def rule(rid: int, pattern: str, action: str, priority: int, *, group: int | None = None,

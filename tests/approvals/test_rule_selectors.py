@@ -8,10 +8,10 @@ from datetime import timedelta
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from approvals import policy
 from approvals.models import ApprovalRule, KnownTool, SecurityGroup
-from approvals.seed import CATCH_ALL_PRIORITY, DEFAULT_RULES, default_rules_ensure
-from approvals.selectors import INTERFACE_TOOLS, rule_sets_for, tools_catalog
+from approvals.rules import policy
+from approvals.rules.seed import CATCH_ALL_PRIORITY, DEFAULT_RULES, default_rules_ensure
+from approvals.rules.selectors import INTERFACE_TOOLS, rule_sets_for, tools_catalog
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from skald.core import clock

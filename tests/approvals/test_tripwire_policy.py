@@ -8,7 +8,7 @@ import json
 import pytest
 
 from approvals.models import TripwireAllowEntry, TripwirePattern
-from approvals.tripwire_services import tripwire_allow_save, tripwire_pattern_delete, tripwire_pattern_save
+from approvals.tripwires.services import tripwire_allow_save, tripwire_pattern_delete, tripwire_pattern_save
 from audit.actors import Actor
 from audit.kinds import AuditKind
 from audit.models import AuditEvent

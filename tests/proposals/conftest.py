@@ -26,7 +26,7 @@ def launch(alice) -> Callable[..., Run]:
     The workflow's launch service is another engineer's; the rows are created here the way it
     will create them (a session first, then the run that owns it).
     """
-    from approvals.seed import default_rules_ensure
+    from approvals.rules.seed import default_rules_ensure
     from skald.agents.seed import seed_agents
     from skald.loop_adapters.discovery import forget_seen
     from skald.sessions.services import session_create

@@ -194,7 +194,7 @@ def test_an_approver_reads_a_session_that_asked_for_an_approval_and_nothing_more
     """An approver decides on the card with its context: they may read a session that asked for an
     approval (REST and the list), but never write into it or stop it, and other sessions stay hidden."""
     from approvals.models import PendingApproval
-    from approvals.seed import default_rules_ensure
+    from approvals.rules.seed import default_rules_ensure
     from loop.providers.loopback import tool_turn
 
     settings.SKALD_SYNC_TASKS = True

@@ -7,7 +7,7 @@ import pytest
 from django.test import Client
 from django_q.models import Schedule
 
-from approvals.seed import demo_rules_ensure
+from approvals.rules.seed import demo_rules_ensure
 from audit.actors import Actor
 from loop.models import Frame
 from skald.cases.services import case_create
@@ -70,7 +70,7 @@ def test_a_runs_page_shows_its_frame_tree(operator_client, agents, alice, settin
     settings.SKALD_SYNC_TASKS = True
     settings.SKALD_WORKSPACE_ROOT = tmp_path / "ws"
     demo_rules_ensure()
-    from approvals.seed import default_rules_ensure
+    from approvals.rules.seed import default_rules_ensure
     from skald.cases.runs import run_launch
 
     default_rules_ensure()

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from loop.models import SessionEvent
-from skald.admin_timeline import receipt_rows, timeline_lines
+from loop.events import EventKind
+from skald.admin.timeline import describe, receipt_rows, timeline_lines
 
 AT = datetime(2026, 12, 1, 9, 30, 5, tzinfo=UTC)
 
@@ -69,3 +70,17 @@ def test_a_compaction_its_probe_and_a_quota_stop_are_lines_an_operator_reads() -
     assert probed.compaction is not None and probed.compaction["type"] == "probe"
     assert stopped.text == "stopped: compaction quota reached (16 of 16 compactions)" and stopped.depth == 1
     assert stopped.compaction is not None and stopped.compaction["type"] == "quota"
+
+
+def test_every_event_kind_reads_in_words_of_its_own() -> None:
+    """describe() matches on EventKind: a kind added without a description fails here (and in mypy)."""
+    for kind in EventKind:
+        description = describe(event(1, kind, {"content": "hello"}), agent="troubleshooter", user="alice")
+        generic = kind.removeprefix("control:").replace("_", " ")
+        assert description.text and description.text != generic, kind
+        assert "control:" not in description.text, kind
+
+
+def test_an_unknown_kind_still_reads_in_words() -> None:
+    description = describe(event(1, "control:something_new", {}), agent="troubleshooter", user="alice")
+    assert description.text == "something new" and description.who == "system"

@@ -10,7 +10,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from approvals.models import PendingApproval
-from approvals.seed import default_rules_ensure
+from approvals.rules.seed import default_rules_ensure
 from loop.models import Exchange, ExchangeStatus, SessionEvent
 from loop.providers.loopback import text_turn, tool_turn
 from loop.store import build_receipt

@@ -17,7 +17,7 @@ import pytest
 from django.db import connection
 
 from approvals.models import ApprovalStatus, PendingApproval
-from approvals.seed import default_rules_ensure
+from approvals.rules.seed import default_rules_ensure
 from loop.models import Exchange, SessionEvent, ToolCall, ToolCallStatus
 from loop.providers.loopback import text_turn, tool_turn
 from loop.verify import load_session_rows, verify_rows

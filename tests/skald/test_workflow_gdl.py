@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth.models import Group
 
 from approvals.models import PendingApproval
-from approvals.seed import default_rules_ensure, demo_rules_ensure
+from approvals.rules.seed import default_rules_ensure, demo_rules_ensure
 from audit.actors import Actor
 from audit.kinds import AuditKind
 from audit.models import AuditEvent

@@ -7,7 +7,7 @@ import pytest
 from django_q.models import Schedule
 
 from approvals.models import PendingApproval
-from approvals.seed import default_rules_ensure
+from approvals.rules.seed import default_rules_ensure
 from loop.providers.loopback import text_turn, tool_turn
 from skald.core.errors import SkaldError
 from skald.jobs.cron import CRON_FUNC, cron_job_create

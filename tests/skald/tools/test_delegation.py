@@ -8,7 +8,7 @@ import json
 import pytest
 
 from approvals.models import PendingApproval
-from approvals.seed import default_rules_ensure
+from approvals.rules.seed import default_rules_ensure
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from loop.errors import ToolError

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from approvals.models import ApprovalStatus, PendingApproval
-from approvals.seed import default_rules_ensure
+from approvals.rules.seed import default_rules_ensure
 from loop.events import EventKind
 from loop.models import Frame, SessionEvent, ToolCall
 from loop.providers.loopback import text_turn, tool_turn

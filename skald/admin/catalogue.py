@@ -1,5 +1,5 @@
-"""The operator's home (SPEC O3). Admin actions call services; they never write governed rows
-directly."""
+"""The catalogue's pages: agents, cases (with the launch of a GDL run) and runs (SPEC O3, W2).
+Admin actions call services; they never write governed rows directly."""
 
 from __future__ import annotations
 
@@ -10,13 +10,8 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
 
 from audit.actors import Actor
-from skald import (
-    admin_identity,  # noqa: F401  (registers the lockout admin)
-    admin_jobs,  # noqa: F401  (registers the jobs admin)
-    admin_store,  # noqa: F401  (registers the kernel store's read-only views)
-)
-from skald.admin_frames import RunWithFramesAdmin
-from skald.admin_runs import READERS, launch_gdl_run, launch_view, may_launch
+from skald.admin.frames import RunWithFramesAdmin
+from skald.admin.runs import READERS, launch_gdl_run, launch_view, may_launch
 from skald.agents.services import agent_save
 from skald.cases.services import case_save
 from skald.core.roles import has_role

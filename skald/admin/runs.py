@@ -23,9 +23,10 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from approvals.models import ApprovalStatus, PendingApproval
+from loop.events import EventKind
 from loop.models import SessionEvent
 from proposals.models import Proposal
-from skald.admin_timeline import receipt_rows, timeline_lines
+from skald.admin.timeline import receipt_rows, timeline_lines
 from skald.cases import runs as run_services
 from skald.cases.tickets import MAX_TICKET_BYTES, parse_ticket
 from skald.core.admin import ReadOnlyAdmin, admin_may_view
@@ -146,7 +147,7 @@ class RunAdmin(ReadOnlyAdmin):
         urls = {approval.tool_call.call_key: reverse("admin:approvals_pendingapproval_change", args=[approval.pk])
                 for approval in approvals} if approvals_open else {}
         events = list(SessionEvent.objects.filter(session_id=run.session_id).order_by("seq")[:TIMELINE_LIMIT])
-        labels = {str(e.payload.get("by", "")) for e in events if e.kind == "control:approval_resolved"}
+        labels = {str(e.payload.get("by", "")) for e in events if e.kind == EventKind.APPROVAL_RESOLVED}
         ids = [label.split(":", 1)[1] for label in labels if label.startswith("user:") and label[5:].isdigit()]
         names = {f"user:{pk}": name for pk, name in
                  get_user_model().objects.filter(pk__in=ids).values_list("pk", "username")} if ids else {}

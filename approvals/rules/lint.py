@@ -1,6 +1,6 @@
 """Rules that can never win, found before they silently do nothing (pure; the admin shows them).
 
-Two ways a rule is dead under the engine's semantics (see :mod:`approvals.engine`):
+Two ways a rule is dead under the engine's semantics (see :mod:`approvals.rules.engine`):
 
 1. **Shadowed in its own set**: an enabled rule of the same set with no argument matchers covers
    every call the rule could match (its pattern is ``*`` or the same pattern, or matches the rule's
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
 
-from approvals.engine import SEVERITY, RuleSet, RuleView
+from approvals.rules.engine import SEVERITY, RuleSet, RuleView
 
 GLOB_CHARS = frozenset("*?[")
 

@@ -1,6 +1,6 @@
 """The rules' "test a call" page and the never-wins warnings (issue 13: rules you can trust).
 
-``test a call`` runs :func:`approvals.policy.decide` — exactly what the gate runs — for a user, an
+``test a call`` runs :func:`approvals.rules.policy.decide` — exactly what the gate runs — for a user, an
 agent, a tool and arguments, and shows the decision with the engine's trace. Nothing is written.
 """
 
@@ -12,11 +12,11 @@ from typing import Any
 from django import forms
 from django.contrib.auth import get_user_model
 
-from approvals.engine import RuleSet, RuleView
 from approvals.models import ApprovalRule
-from approvals.policy import decide
-from approvals.rule_lint import rule_warnings
-from approvals.selectors import GLOBAL_SET, group_set_name, rule_view
+from approvals.rules.engine import RuleSet, RuleView
+from approvals.rules.lint import rule_warnings
+from approvals.rules.policy import decide
+from approvals.rules.selectors import GLOBAL_SET, group_set_name, rule_view
 from skald.models import Agent
 
 PRECEDENCE = ("Within a rule set (the global rules, and each security group of the call's user or agent) the "

@@ -1,7 +1,7 @@
 """Skald's admin site: its name, a home page per role and the live fragment the home re-reads.
 
 The site is the default one (``skald.apps.SkaldAdminConfig``), so every ``admin.register`` in the
-apps lands here. Pages only read: each panel comes from :mod:`skald.admin_home`, which asks the
+apps lands here. Pages only read: each panel comes from :mod:`skald.admin.home`, which asks the
 selectors.
 """
 
@@ -23,7 +23,7 @@ class SkaldAdminSite(admin.AdminSite):
     index_template = "admin/skald/index.html"
 
     def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
-        from skald.admin_home import home_panels, live_topics_of
+        from skald.admin.home import home_panels, live_topics_of
 
         panels = home_panels(request)
         return super().index(request, {"panels": panels, "live_topics": live_topics_of(panels),
@@ -39,7 +39,7 @@ class SkaldAdminSite(admin.AdminSite):
 
     def home_fragment(self, request: HttpRequest) -> HttpResponse:
         """The home's panels alone, for the page's live refresh."""
-        from skald.admin_home import home_panels
+        from skald.admin.home import home_panels
 
         return TemplateResponse(request, "admin/skald/home_panels.html", {"panels": home_panels(request)})
 

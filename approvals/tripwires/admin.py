@@ -1,7 +1,7 @@
 """Credential tripwires in the admin (SPEC L16): the active rule set (read-only), organisation
 patterns with a "test this text" page, and the allow-list with reasons.
 
-Writes go through :mod:`approvals.tripwire_services` (validated, audited); the forms show the same
+Writes go through :mod:`approvals.tripwires.services` (validated, audited); the forms show the same
 problems the services would raise.
 """
 
@@ -17,8 +17,8 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 
 from approvals.models import TripwireAllowEntry, TripwirePattern
-from approvals.tripwire_selectors import active_rules, tripwire_rule_set
-from approvals.tripwire_services import (
+from approvals.tripwires.selectors import active_rules, tripwire_rule_set
+from approvals.tripwires.services import (
     tripwire_allow_delete,
     tripwire_allow_problems,
     tripwire_allow_save,

@@ -1,5 +1,5 @@
 """REST for durable approvals: list, resolve by request id, resolve by tool-call id, resolve a
-batch. Views parse and delegate to ``approvals.services``."""
+batch. Views parse and delegate to ``approvals.pending.services``."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from approvals import selectors_pending
 from approvals.models import ApprovalStatus, PendingApproval
-from approvals.services import pending_approval_resolve
+from approvals.pending import selectors as selectors_pending
+from approvals.pending.services import pending_approval_resolve
 from skald.core.api.errors_schema import error_responses
 from skald.core.api.permissions import caller, roles
 from skald.core.api.schema import MAX_ID

@@ -1,4 +1,5 @@
-"""Approval writes. Each service is atomic with its audit row in the same transaction."""
+"""Durable approval writes: resolve, expire, cancel. Each service is atomic with its audit row in the same
+transaction."""
 
 from __future__ import annotations
 
@@ -8,45 +9,17 @@ from typing import Any, Literal
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import transaction
 
-from approvals.models import ApprovalStatus, KnownTool, PendingApproval, ToolCategory
+from approvals.models import ApprovalStatus, PendingApproval
 from audit.actors import Actor
 from audit.kinds import AuditKind
 from audit.services import audit_append
 from loop.digest import arguments_hash
-from loop.providers.base import ToolSpec
 from skald.core import clock
 from skald.core.errors import Conflict, Forbidden, NotFound, SkaldError
 from skald.core.roles import Role, has_role
 from skald.loop_adapters.work import work_on_commit
-
-
-def known_tools_record(*, specs: Sequence[ToolSpec], category: str = ToolCategory.DYNAMIC) -> int:
-    """Upsert tools offered to a model; returns how many were new."""
-    now = clock.now()
-    with transaction.atomic():
-        existing = set(KnownTool.objects.filter(name__in=[s.name for s in specs]).values_list("name", flat=True))
-        created: list[str] = []
-        # One savepoint per new name, in name order (concurrent recorders lock names in the same
-        # order, so they cannot deadlock): a name a concurrent recorder inserted first is theirs to
-        # audit, so every tool is recorded, and audited, exactly once.
-        for spec in sorted((s for s in specs if s.name not in existing), key=lambda s: s.name):
-            try:
-                with transaction.atomic():
-                    KnownTool.objects.create(name=spec.name, category=category, description=spec.description[:500],
-                                             first_seen=now, last_seen=now)
-            except IntegrityError:
-                continue
-            created.append(spec.name)
-        KnownTool.objects.filter(name__in=existing).update(last_seen=now)
-        if created:
-            audit_append(actor=Actor.system("discovery"), kind=AuditKind.KNOWN_TOOL_RECORDED, subject_type="tool",
-                         subject_id=",".join(created)[:64], payload={"tools": created})
-    return len(created)
-
-
-# --- durable approvals -------------------------------------------------------------------------
 
 Decision = Literal["approve", "reject"]
 

@@ -21,9 +21,9 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.timesince import timesince
 
-from approvals.admin_decide import decision_context, diff_html, next_pending, rule_sentence
 from approvals.models import ApprovalStatus, PendingApproval
-from approvals.services import pending_approval_resolve
+from approvals.pending.decide import decision_context, diff_html, next_pending, rule_sentence
+from approvals.pending.services import pending_approval_resolve
 from skald.core.admin import ReadOnlyAdmin
 from skald.core.clock import now
 from skald.core.errors import SkaldError

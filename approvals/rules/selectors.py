@@ -7,8 +7,8 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db.models import Q
 
-from approvals.engine import RuleSet, RuleView
 from approvals.models import ApprovalRule, KnownTool, SecurityGroup, ToolCategory
+from approvals.rules.engine import RuleSet, RuleView
 from skald.models import Agent
 from skald.plugins import sockets
 

@@ -14,18 +14,18 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 
-from approvals.admin_decide import trace_rows
-from approvals.admin_explain import PRECEDENCE, TestCallForm, never_wins
 from approvals.models import ApprovalRule, SecurityGroup
-from approvals.policy_services import (
+from approvals.pending.decide import trace_rows
+from approvals.rules.explain import PRECEDENCE, TestCallForm, never_wins
+from approvals.rules.seed import DEFAULT_PRIORITY
+from approvals.rules.selectors import tools_catalog
+from approvals.rules.services import (
     approval_rule_delete,
     approval_rule_problems,
     approval_rule_save,
     security_group_delete,
     security_group_save,
 )
-from approvals.seed import DEFAULT_PRIORITY
-from approvals.selectors import tools_catalog
 from audit.actors import Actor
 
 TOOL_DATALIST_ID = "skald-tool-catalog"

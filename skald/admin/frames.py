@@ -13,7 +13,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from loop.models import Frame, ToolCall
-from skald.admin_runs import RunAdmin
+from skald.admin.runs import RunAdmin
 from skald.models import Run
 
 
@@ -50,7 +50,7 @@ def frame_tree_html(session_id: int) -> SafeString:
 
 
 class RunWithFramesAdmin(RunAdmin):
-    """The run page plus its frame tree (kept apart from :mod:`skald.admin_runs`)."""
+    """The run page plus its frame tree (kept apart from :mod:`skald.admin.runs`)."""
 
     change_form_template = "admin/skald/run/change_frames.html"
 

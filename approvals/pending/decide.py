@@ -15,9 +15,9 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from approvals.engine import Decision
 from approvals.models import ApprovalRule, ApprovalStatus, PendingApproval
-from approvals.policy import decide
+from approvals.rules.engine import Decision
+from approvals.rules.policy import decide
 from skald.core.admin import admin_may_view
 from skald.models import Case, Run
 

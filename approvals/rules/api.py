@@ -11,9 +11,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from approvals.engine import ACTIONS, Decision
-from approvals.policy import decide
-from approvals.selectors import agent_exists, tools_catalog, user_id_resolve
+from approvals.rules.engine import ACTIONS, Decision
+from approvals.rules.policy import decide
+from approvals.rules.selectors import agent_exists, tools_catalog, user_id_resolve
 from skald.core.api.errors_schema import error_responses
 from skald.core.api.input_checks import json_loads_checked
 from skald.core.api.permissions import roles

@@ -12,8 +12,8 @@ from typing import Any
 
 from django.db import transaction
 
-from approvals.engine import Decision, check
-from approvals.selectors import rule_sets_for
+from approvals.rules.engine import Decision, check
+from approvals.rules.selectors import rule_sets_for
 
 logger = logging.getLogger(__name__)
 

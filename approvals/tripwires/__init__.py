@@ -1,0 +1,1 @@
+"""Credential tripwire policy: organisation patterns and allow-list entries (SPEC L16)."""

@@ -1,0 +1,210 @@
+"""A run's event log as people read it: one line per event in words (who, what, which tool, the
+outcome), internal control rows folded, child frames indented, the payload one click away.
+
+Pure over stored rows: :func:`timeline_lines` never queries, so the run page and its live fragment
+render the same lines from one read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, NamedTuple, assert_never
+
+from loop.events import EventKind
+from loop.models import SessionEvent
+from skald.core.text import clip_to_line
+
+SNIPPET = 280
+# Journal rows a reader does not need line by line; they fold into "n internal rows".
+# A compaction's probe report and a quota stop stay lines of their own: the operator reads the score
+# and the latch there (SPEC L14).
+FOLDED = frozenset({EventKind.TOOL_INTENT, EventKind.TOOL_DONE, EventKind.NOTE, EventKind.FRAME_OPENED,
+                    EventKind.FRAME_CLOSED})
+
+
+@dataclass
+class Line:
+    seq: int
+    at: datetime
+    who: str
+    who_css: str
+    text: str
+    outcome: str = ""
+    outcome_css: str = ""
+    depth: int = 0
+    payload: str = ""
+    link: str = ""  # a URL the line points at (the approval it asked for)
+    folded: list[Line] = field(default_factory=list)  # internal rows folded under this marker
+    compaction: dict[str, Any] | None = None  # what the compaction entry shows (SPEC L14)
+
+
+def _args(arguments: str) -> str:
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        return clip_to_line(arguments, 80)
+    if isinstance(parsed, dict):
+        return ", ".join(f"{k}={clip_to_line(json.dumps(v, ensure_ascii=False), 40)}" for k, v in parsed.items())
+    return clip_to_line(arguments, 80)
+
+
+def depth_of(narrative: str) -> int:
+    """``child:<name>:`` per level of delegation (frames carry their narrative prefix)."""
+    return narrative.count("child:")
+
+
+class Description(NamedTuple):
+    """How one event reads on the timeline."""
+
+    who: str
+    who_css: str
+    text: str
+    outcome: str = ""
+    outcome_css: str = ""
+
+
+def _system(text: str, outcome: str = "", outcome_css: str = "") -> Description:
+    return Description("system", "who-system", text, outcome, outcome_css)
+
+
+def describe(event: SessionEvent, *, agent: str, user: str, names: Mapping[str, str] | None = None
+             ) -> Description:
+    """How ``event`` reads; ``names`` maps ``user:<id>`` labels to user names. Pure: a match over
+    :class:`EventKind`, exhaustive (mypy checks it), so a new kind cannot reach people unnamed."""
+    try:
+        kind = EventKind(event.kind)
+    except ValueError:  # a kind this release does not know (a newer writer): words, never the raw kind
+        return _system(event.kind.removeprefix("control:").replace("_", " "))
+    p: Mapping[str, Any] = event.payload or {}
+    match kind:
+        case EventKind.USER:
+            author = str(p.get("author") or "")
+            content = clip_to_line(p.get("content", ""), SNIPPET)
+            if author.startswith("agent:"):  # a delegating agent's task for its child: that agent wrote it
+                return Description(author.removeprefix("agent:"), "who-agent", content)
+            # Runs record their launcher as ``user:<id>``; the page names the person instead.
+            return Description(author if author and not author.startswith("user:") else user, "who-user", content)
+        case EventKind.ASSISTANT:
+            return _assistant(event, p, agent)
+        case EventKind.TOOL_RESULT:
+            failed = p.get("is_error") or p.get("status") not in (None, "completed")
+            outcome = str(p.get("status", "completed")) if not p.get("is_error") else "error"
+            return Description(f"tool {p.get('name', '?')}", "who-tool", clip_to_line(p.get("content", ""), SNIPPET),
+                               outcome, "outcome-error" if failed else "status status-completed")
+        case EventKind.SUBAGENT_RESULT:
+            return Description(f"sub-agent {p.get('agent', '?')}", "who-agent",
+                               clip_to_line(p.get("content", ""), SNIPPET), str(p.get("outcome", "")))
+        case EventKind.COMPACTION:
+            m = p.get("manifest") or {}
+            return _system(f"compacted seq {m.get('first_seq')} to {m.get('last_seq')} ({m.get('count')} rows) "
+                           "into a summary")
+        case EventKind.COMPACTION_PROBE:
+            latched = " — latched: no further compaction this episode" if p.get("latched") else ""
+            return _system(f"probed the summary: {p.get('lost_permille')}‰ lost{latched}", str(p.get("result", "")),
+                           "outcome-error" if p.get("degraded") else "status status-completed")
+        case EventKind.COMPACTION_QUOTA:
+            return _system(f"stopped: compaction quota reached ({p.get('compactions')} of "
+                           f"{p.get('max_per_episode')} compactions)", "budget exceeded", "outcome-error")
+        case EventKind.CANCELED:
+            return _system("the exchange was cancelled", "cancelled", "outcome-error")
+        case EventKind.APPROVAL_REQUESTED:
+            return Description("gate", "who-system", f"{p.get('name', '?')} needs a human's approval", "waiting",
+                               "status status-pending")
+        case EventKind.APPROVAL_RESOLVED:
+            by = str(p.get("by", ""))
+            reason = f" — “{clip_to_line(p['reason'], 120)}”" if p.get("reason") else ""
+            status = str(p.get("status", ""))
+            return Description((names or {}).get(by, by or "approver"), "who-user",
+                               f"answered the parked call{reason}", status, f"status status-{status}")
+        case EventKind.EXCHANGE_PARKED:
+            question = p.get("question") or ""
+            return _system("parked: waiting for a human" + (f" — {question}" if question else ""), "awaiting human",
+                           "status status-pending")
+        case EventKind.EXCHANGE_SETTLED:
+            return _system("the exchange ended", str(p.get("outcome", "")), "status")
+        case EventKind.HANDOFF:
+            return Description("operator", "who-user",
+                               clip_to_line(p.get("decision") or p.get("answer") or p, SNIPPET))
+        case EventKind.TOOL_INTENT:
+            return _system(f"starting {p.get('name', '?')}")
+        case EventKind.TOOL_DONE:
+            return _system(f"recorded {p.get('name', p.get('key', '?'))}")
+        case EventKind.FRAME_OPENED:
+            return _system(f"opened a sub-agent frame for {p.get('agent', '?')}")
+        case EventKind.FRAME_CLOSED:
+            return _system(f"closed the sub-agent frame of {p.get('agent', '?')}", str(p.get("outcome", "")))
+        case EventKind.NOTE:
+            case_id = p.get("attached_case")
+            return _system(f"attached to case #{case_id}" if case_id is not None else "noted")
+        case EventKind.TASK_UPDATE:
+            status = str(p.get("status", ""))
+            delivered = " and its result was delivered" if p.get("delivered") else ""
+            return Description("tasks", "who-system",
+                               f"async task #{p.get('job', '?')} ({p.get('agent', '?')}) is {status}{delivered}",
+                               status, f"status status-{status}")
+        case _:
+            assert_never(kind)
+
+
+def _assistant(event: SessionEvent, p: Mapping[str, Any], agent: str) -> Description:
+    who = (event.narrative.rsplit("child:", 1)[-1].strip(":") or agent) if event.narrative else agent
+    calls = p.get("tool_calls") or []
+    text = clip_to_line(p.get("content", ""), SNIPPET) if p.get("content") else ""
+    if calls:
+        asks = "; ".join(f"{c.get('name')}({_args(c.get('arguments', ''))})" for c in calls)
+        text = (text + " — " if text else "") + f"calls {asks}"
+    tokens = "" if p.get("output_tokens") is None else f"{p.get('input_tokens')}→{p.get('output_tokens')} tokens"
+    return Description(who, "who-agent", text or "(no text)", tokens, "muted")
+
+
+def compaction_detail(event: SessionEvent) -> dict[str, Any] | None:
+    """What the timeline shows for a compaction, its probe report or a quota stop (SPEC L14)."""
+    payload = event.payload or {}
+    if event.kind == EventKind.COMPACTION:
+        return {"type": "compaction", "summary": payload.get("summary", ""), **payload.get("manifest", {})}
+    if event.kind == EventKind.COMPACTION_PROBE:
+        return {"type": "probe", **payload}
+    if event.kind == EventKind.COMPACTION_QUOTA:
+        return {"type": "quota", **payload}
+    return None
+
+
+def timeline_lines(events: Iterable[SessionEvent], *, agent: str, user: str,
+                   approval_urls: Mapping[str, str] | None = None, names: Mapping[str, str] | None = None
+                   ) -> list[Line]:
+    """Events in seq order → lines; internal control rows fold under the line before them."""
+    lines: list[Line] = []
+    urls = approval_urls or {}
+    for event in events:
+        who, who_css, text, outcome, outcome_css = describe(event, agent=agent, user=user, names=names)
+        asked = event.kind == EventKind.APPROVAL_REQUESTED
+        line = Line(seq=event.seq, at=event.created_at, who=who, who_css=who_css, text=text, outcome=outcome,
+                    outcome_css=outcome_css, depth=min(depth_of(event.narrative), 3),
+                    payload=json.dumps(event.payload, indent=2, ensure_ascii=False, sort_keys=True),
+                    link=urls.get(str((event.payload or {}).get("key", "")), "") if asked else "",
+                    compaction=compaction_detail(event))
+        if event.kind in FOLDED:
+            # Journal rows fold under the line before them (the call they record).
+            if lines:
+                lines[-1].folded.append(line)
+            else:
+                lines.append(Line(seq=event.seq, at=event.created_at, who="", who_css="folded", text="",
+                                  depth=line.depth, folded=[line]))
+            continue
+        lines.append(line)
+    return lines
+
+
+def receipt_rows(receipt: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """A receipt as (label, value) rows: scalars as they are, nested values as compact JSON."""
+    if not receipt:
+        return []
+    rows = []
+    for key, value in receipt.items():
+        shown = value if isinstance(value, str | int | float | bool) or value is None else \
+            json.dumps(value, ensure_ascii=False, sort_keys=True)
+        rows.append((key.replace("_", " "), str(shown)))
+    return rows
