@@ -244,9 +244,16 @@ def _bad_head(heads: Sequence[HeadLike], key: str | bytes | None) -> tuple[int, 
     for head in sorted(heads, key=lambda h: h.seq):
         if head.seq < 1:
             return max(head.seq, 0), f"recorded head has an impossible seq {head.seq}"
-        # Heads recorded before a key was configured carry no signature: unchecked, not forged.
-        if key and head.signature and not head_signature_valid(key, head):
-            return head.seq, f"recorded head #{head.seq} has an invalid signature"
+        if not key:
+            continue
+        where = "exported head" if isinstance(head, ExportedHead) else "recorded head"
+        # With a key, a head without a signature is as suspect as a forged one: blanking the
+        # signatures is how someone who rewrote the chain would excuse their new heads. Heads recorded
+        # before the key existed are signed once by ``manage.py sign_chain_heads``.
+        if not head.signature:
+            return head.seq, f"{where} #{head.seq} is unsigned while SKALD_AUDIT_KEY is set"
+        if not head_signature_valid(key, head):
+            return head.seq, f"{where} #{head.seq} has an invalid signature"
     return None
 
 
@@ -262,8 +269,8 @@ def verify_rows(
     Checks, in one streaming pass (``rows`` may be a chunked database iterator): ``seq`` counts
     1, 2, 3 … without gap or repeat; each ``prev_hash`` is the previous row's hash; each stored
     hash equals the recomputed one; every recorded head is still present with its hash; the
-    chain is not shorter than the last recorded head. With ``key``, signed heads must carry a
-    valid HMAC. Stops at the first problem, which is the lowest bad seq.
+    chain is not shorter than the last recorded head. With ``key``, every head must carry a valid
+    HMAC: an unsigned head fails, naming the head. Stops at the first problem, which is the lowest bad seq.
 
     ``start`` resumes after a tip an earlier pass verified, ``(seq, hash)``: ``rows`` then begin
     at ``seq + 1`` and must link to ``hash``. Heads at or below that seq are the caller's to

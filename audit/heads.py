@@ -27,13 +27,16 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 
 from audit import chain
 from audit.actors import Actor
+from audit.kinds import AuditKind
 from audit.models import ChainHead
-from audit.selectors import chain_head_latest, chain_heads, chain_tip
-from audit.services import chain_head_export, chain_head_record, chain_verify
+from audit.selectors import audit_rows_in_chain_order, chain_head_latest, chain_heads, chain_tip
+from audit.services import CHAIN_SUBJECT, audit_append, chain_head_export, chain_head_record, chain_verify
 from skald.core import clock
+from skald.core.errors import Conflict
 
 sink_log = logging.getLogger("skald.audit.chain_head")
 
@@ -134,3 +137,52 @@ def _as_datetime(value: datetime | str) -> datetime | None:
     except ValueError:
         return None
     return moment if moment.tzinfo is not None else None
+
+
+def chain_heads_sign(*, actor: Actor) -> list[int]:
+    """Sign the heads recorded before ``SKALD_AUDIT_KEY`` existed; returns their seqs (oldest first).
+
+    With a key configured, verification fails on any unsigned head, so an operator who adds a key to
+    a running deployment signs the older heads once. Refused, changing nothing, when:
+
+    - no key is configured (``no_audit_key``);
+    - a signed head (or the exported one) carries an invalid signature (``chain_head_forged``);
+    - an unsigned head is newer than the oldest signed one (``chain_head_unsigned_late``): it was
+      recorded, or blanked, after the key was in use, which is evidence, not an oversight;
+    - the chain does not verify against the heads and the exported head (``chain_broken``).
+
+    The signatures and one CHAIN_HEADS_SIGNED audit row commit together; the latest head is then
+    exported again, signed.
+    """
+    key = settings.SKALD_AUDIT_KEY
+    if not key:
+        raise Conflict("SKALD_AUDIT_KEY is not set: there is nothing to sign heads with.", code="no_audit_key")
+    exported = head_sink_read()
+    with transaction.atomic(durable=True):
+        heads = list(ChainHead.objects.select_for_update().order_by("seq"))
+        others: list[chain.HeadLike] = [chain.ExportedHead.parse(exported)] if exported else []
+        for head in [*heads, *others]:
+            if head.signature and not chain.head_signature_valid(key, head):
+                raise Conflict(f"Head #{head.seq} carries an invalid signature: nothing was signed.",
+                               code="chain_head_forged")
+        first_signed = min((head.seq for head in heads if head.signature), default=None)
+        unsigned = [head for head in heads if not head.signature]
+        late = [head.seq for head in unsigned if first_signed is not None and head.seq > first_signed]
+        if late:
+            raise Conflict(f"Unsigned heads {late} are newer than signed head #{first_signed}: they were recorded "
+                           "or blanked after the key was in use, so they are not signed.",
+                           code="chain_head_unsigned_late")
+        report = chain.verify_rows(audit_rows_in_chain_order(), [*heads, *others], key=None)
+        if not report.ok:
+            raise Conflict(f"The audit chain is broken at seq {report.first_bad_seq} ({report.reason}): nothing "
+                           "was signed.", code="chain_broken")
+        for head in unsigned:
+            head.signature = chain.head_signature(key, seq=head.seq, hash=head.hash, recorded_at=head.recorded_at)
+            head.save(update_fields=["signature"])
+        signed = [head.seq for head in unsigned]
+        if signed:
+            audit_append(actor=actor, kind=AuditKind.CHAIN_HEADS_SIGNED, subject_type=CHAIN_SUBJECT[0],
+                         subject_id=CHAIN_SUBJECT[1], payload={"heads": signed})
+    if signed:
+        head_sink_write(chain_head_export())
+    return signed

@@ -14,6 +14,7 @@ from django.db import models
 class AuditKind(models.IntegerChoices):
     # 1xx system
     CHAIN_HEAD_RECORDED = 100, "audit.head_recorded"
+    CHAIN_HEADS_SIGNED = 101, "audit.heads_signed"
     DEMO_SEEDED = 110, "system.demo_seeded"
     ROLE_GRANTED = 120, "system.role_granted"
     # 13x identity: sign-ins, lockouts, token refreshes and revocations, provider-driven roles

@@ -190,14 +190,26 @@ def test_it_accepts_an_intact_chain_and_reports_its_tip():
     assert report == chain.VerifyReport(True, 200, None, None, 200, CHAIN[-1].hash)
 
 
-def test_it_accepts_valid_signed_and_unsigned_heads():
+def test_it_accepts_valid_signed_heads_and_unsigned_ones_only_without_a_key():
     signed = Head(100, CHAIN[99].hash, CHAIN[99].time)
     signed = dataclasses.replace(
         signed, signature=chain.head_signature(KEY, seq=100, hash=signed.hash, recorded_at=signed.recorded_at)
     )
-    unsigned = Head(150, CHAIN[149].hash, CHAIN[149].time)  # recorded before the key was set
-    assert verify(CHAIN, [signed, unsigned, *HEAD_AT_END], key=KEY).ok
-    assert verify(CHAIN, [signed], key=None).ok  # no key: signatures cannot be checked, not failed
+    assert verify(CHAIN, [signed], key=KEY).ok
+    unsigned = Head(150, CHAIN[149].hash, CHAIN[149].time)
+    assert verify(CHAIN, [signed, unsigned], key=None).ok  # no key: signatures cannot be checked, not failed
+
+
+def test_with_a_key_an_unsigned_head_fails_naming_it():
+    """Blanking the signatures is how a rewritten chain's new heads would pass: with a key set, an
+    unsigned head is a broken chain, in the database or in an exported file."""
+    unsigned = Head(150, CHAIN[149].hash, CHAIN[149].time)
+    report = verify(CHAIN, [unsigned], key=KEY)
+    assert (report.ok, report.first_bad_seq) == (False, 150)
+    assert report.reason == "recorded head #150 is unsigned while SKALD_AUDIT_KEY is set"
+    exported = chain.ExportedHead(seq=150, hash=CHAIN[149].hash, recorded_at="x", signature=None)
+    report = verify(CHAIN, [exported], key=KEY)
+    assert report.reason == "exported head #150 is unsigned while SKALD_AUDIT_KEY is set"
 
 
 def test_it_reads_rows_lazily_and_stops_at_the_first_bad_one():

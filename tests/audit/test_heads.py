@@ -14,17 +14,18 @@ from pathlib import Path
 import pytest
 import time_machine
 from django.apps import apps as django_apps
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connection, transaction
 from django_q.models import Schedule
 
 from audit import chain
 from audit.actors import Actor
-from audit.heads import chain_head_checkpoint, chain_head_scheduled, chain_verify_with_head
+from audit.heads import chain_head_checkpoint, chain_head_scheduled, chain_heads_sign, chain_verify_with_head
 from audit.kinds import AuditKind
 from audit.models import AuditEvent, ChainHead
-from audit.services import audit_append
+from audit.services import audit_append, chain_head_export, chain_head_record
 from skald.core import clock
+from skald.core.errors import Conflict
 
 pytestmark = [pytest.mark.django_db, pytest.mark.db_sensitive]
 
@@ -137,3 +138,81 @@ def test_the_migration_schedules_the_checkpoint_every_five_minutes():
     schedule = Schedule.objects.get(name=migration.NAME)
     assert (schedule.func, schedule.schedule_type, schedule.minutes, schedule.repeats) == (
         "audit.heads.chain_head_scheduled", "I", 5, -1)
+
+
+# --- heads need signatures once a key exists (issue 28 §4) --------------------------------------
+
+
+def sign_heads() -> tuple[int, str]:
+    out, err = StringIO(), StringIO()
+    try:
+        call_command("sign_chain_heads", stdout=out, stderr=err)
+    except CommandError as exc:
+        return 1, str(exc)
+    return 0, out.getvalue()
+
+
+def test_a_head_whose_signature_was_blanked_in_the_database_fails_verification(sink):
+    """The attack: rewrite the chain, re-point the heads, blank their signatures."""
+    append(3)
+    chain_head_checkpoint(actor=Actor.system("schedule"))
+    head = ChainHead.objects.get()
+    ChainHead.objects.filter(pk=head.pk).update(signature="")
+    sink.unlink()
+    code, output = verify()
+    assert code == 1 and f"recorded head #{head.seq} is unsigned while SKALD_AUDIT_KEY is set" in output
+
+
+def test_an_exported_head_with_a_null_signature_fails_verification(sink, tmp_path):
+    append(3)
+    exported = chain_head_export(head=chain_head_checkpoint(actor=Actor.system("schedule")))
+    forged = tmp_path / "forged.json"
+    forged.write_text(json.dumps({**exported, "signature": None}))
+    code, output = verify("--head", str(forged))
+    assert code == 1 and f"exported head #{exported['seq']} is unsigned while SKALD_AUDIT_KEY is set" in output
+
+
+def test_heads_recorded_before_the_key_are_signed_once_by_the_command_with_an_audit_row(sink, settings):
+    settings.SKALD_AUDIT_KEY = ""
+    append(2)
+    old = [chain_head_record(actor=Actor.system("schedule")).seq for _ in range(2)]
+    settings.SKALD_AUDIT_KEY = KEY
+    assert verify()[0] == 1  # the key is set, the old heads are not signed yet
+    code, output = sign_heads()
+    assert (code, output.strip()) == (0, f"signed 2 head(s): seq {old[0]}, {old[1]}")
+    assert all(chain.head_signature_valid(KEY, head) for head in ChainHead.objects.all())
+    row = AuditEvent.objects.get(kind=AuditKind.CHAIN_HEADS_SIGNED)
+    assert json.loads(row.payload) == {"heads": old} and row.actor_id == "sign_chain_heads"
+    assert json.loads(sink.read_text())["signature"] is not None  # the latest head exported again, signed
+    assert verify()[0] == 0
+    assert sign_heads() == (0, "every recorded head is already signed\n")
+
+
+def test_the_command_refuses_an_unsigned_head_newer_than_a_signed_one(sink):
+    append(2)
+    first = chain_head_record(actor=Actor.system("schedule"))
+    second = chain_head_record(actor=Actor.system("schedule"))
+    ChainHead.objects.filter(pk=second.pk).update(signature="")
+    code, message = sign_heads()
+    assert code == 1 and message.startswith("chain_head_unsigned_late:") and str(second.seq) in message
+    assert ChainHead.objects.get(pk=second.pk).signature == "" and first.signature
+
+
+def test_the_command_verifies_the_chain_first_and_signs_nothing_when_it_is_broken(sink, settings):
+    settings.SKALD_AUDIT_KEY = ""
+    append(3)
+    head = chain_head_record(actor=Actor.system("schedule"))
+    settings.SKALD_AUDIT_KEY = KEY
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE audit_auditevent SET payload = %s WHERE seq = 2", ['{"n":99}'])
+    code, message = sign_heads()
+    assert code == 1 and message.startswith("chain_broken:") and "seq 2" in message
+    assert ChainHead.objects.get(pk=head.pk).signature == ""
+    assert not AuditEvent.objects.filter(kind=AuditKind.CHAIN_HEADS_SIGNED).exists()
+
+
+def test_the_service_refuses_without_a_key(settings):
+    settings.SKALD_AUDIT_KEY = ""
+    with pytest.raises(Conflict) as refused:
+        chain_heads_sign(actor=Actor.system("test"))
+    assert refused.value.code == "no_audit_key"

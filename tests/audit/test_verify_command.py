@@ -34,11 +34,12 @@ def test_it_exits_0_on_a_fresh_database():
     assert out.splitlines()[1].startswith("checked against no recorded head")
 
 
-def test_it_exits_0_on_an_intact_chain(audit_chain):
+def test_it_exits_0_on_an_intact_chain(audit_chain, settings):
+    settings.SKALD_AUDIT_KEY = "k"
     events = audit_chain(200, head_at=200)
     code, out, _ = run()
     assert (code, out.splitlines()[0]) == (0, f"audit chain intact: 200 rows, head seq 200 {events[-1].hash}")
-    assert out.splitlines()[1].startswith("checked against head seq 200 (unsigned, database, recorded ")
+    assert out.splitlines()[1].startswith("checked against head seq 200 (signed, database, recorded ")
 
 
 def test_it_exits_1_naming_the_seq_after_a_row_is_changed_with_sql(audit_chain):
