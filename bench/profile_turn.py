@@ -55,7 +55,7 @@ SEAMS: tuple[tuple[str, str], ...] = (
     ("dispatch (provider time included)", "loop.driver:dispatch"),
     ("  request_bytes", "loop.dispatch:request_bytes"),
     ("  provider stream (excluded from the bench)", "bench.kernel:TimedProvider.stream"),
-    ("  on_text live delta (bus)", "loop.driver:_Drive._live_text"),
+    ("  on_text live delta (bus)", "loop.driver:FrameDrive._live_text"),
     ("Store.record_message_end (turn tx)", "loop.store_exchanges:ExchangeLog.record_message_end"),
     ("Store.record_intent (intent tx)", "loop.store_calls:CallLog.record_intent"),
     ("execute_tool (a pooled thread per call)", "loop.tools.fanout:execute_tool"),

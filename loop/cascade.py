@@ -32,12 +32,13 @@ from dataclasses import dataclass, field
 
 from loop.cancellation import CancelToken
 from loop.delegation import child_drive, child_env, child_return
-from loop.driver import LoopEnv, ParkEntry, _Drive, _tool_round, park_tree, run_frame
+from loop.driver import FrameDrive, LoopEnv, ParkEntry, park_tree, run_frame, tool_round
 from loop.errors import HarnessError
 from loop.events import EventKind
 from loop.frame_link import FrameLink
 from loop.models import Exchange, ExchangeStatus, Frame, ToolCall, ToolCallStatus
 from loop.outcomes import AwaitingHuman, Canceled, Completed, RunOutcome, TerminalOutcome, outcome_from_receipt
+from loop.steps import RunAgain
 from loop.store import parsed_from_row
 from loop.tools.hints import RestartHint
 
@@ -114,7 +115,7 @@ def reap(env: LoopEnv, exchange: Exchange) -> int:
     return len(reaped)
 
 
-def finish_calls(env: LoopEnv, exchange: Exchange, authority_drive: _Drive, token: CancelToken) -> TreeState:
+def finish_calls(env: LoopEnv, exchange: Exchange, authority_drive: FrameDrive, token: CancelToken) -> TreeState:
     """Steps 2 and 3: every frame's unfinished calls, deepest frame first, in its own environment."""
     store, state = env.store, TreeState()
     by_frame: dict[int, list[ToolCall]] = defaultdict(list)
@@ -145,14 +146,16 @@ def finish_calls(env: LoopEnv, exchange: Exchange, authority_drive: _Drive, toke
             continue
         approved = frozenset(call.pk for call in runnable if call.status == ToolCallStatus.APPROVED)
         drive = _drive_for(fenv, exchange, frame, authority_drive, token, approved)
-        ended = _tool_round(drive, [(call, parsed_from_row(call)) for call in runnable])
-        if isinstance(ended, AwaitingHuman):
-            state.parked.extend(drive.parked)
-        elif ended is not None:  # a stop: the frame settled (a child's closed) canceled
-            state.stopped = Canceled(token.reason or "stop requested")
-            if frame.depth > 0:
-                end_child(env, exchange, store.frame(frame.pk), state.stopped)
-            return state
+        match tool_round(drive, [(call, parsed_from_row(call)) for call in runnable]):
+            case RunAgain():
+                pass
+            case AwaitingHuman():
+                state.parked.extend(drive.parked)
+            case Canceled():  # a stop: the frame settled (a child's closed) canceled
+                state.stopped = Canceled(token.reason or "stop requested")
+                if frame.depth > 0:
+                    end_child(env, exchange, store.frame(frame.pk), state.stopped)
+                return state
     return state
 
 
@@ -163,10 +166,10 @@ def end_child(env: LoopEnv, exchange: Exchange, frame: Frame, outcome: TerminalO
                         principal=env.principal, exchange=exchange)
 
 
-def _drive_for(env: LoopEnv, exchange: Exchange, frame: Frame, root: _Drive, token: CancelToken,
-               approved: frozenset[int]) -> _Drive:
+def _drive_for(env: LoopEnv, exchange: Exchange, frame: Frame, root: FrameDrive, token: CancelToken,
+               approved: frozenset[int]) -> FrameDrive:
     if frame.depth == 0:
-        drive = _Drive.start(env, exchange, token, approved)
+        drive = FrameDrive.start(env, exchange, token, approved)
         drive.authority = root.authority
         drive.defer_park = True
         return drive
@@ -174,7 +177,7 @@ def _drive_for(env: LoopEnv, exchange: Exchange, frame: Frame, root: _Drive, tok
     return child_drive(env, link, frame, token, done_turns=_done_turns(env, frame), approved=approved)
 
 
-def cascade(env: LoopEnv, exchange: Exchange, root: _Drive, token: CancelToken) -> RunOutcome | None:
+def cascade(env: LoopEnv, exchange: Exchange, root: FrameDrive, token: CancelToken) -> RunOutcome | None:
     """Step 4: run the deepest open frame's loop to its end, hand its ending to its spawning call,
     and go up. Returns AwaitingHuman (the tree parked again, its entries parked), Canceled (a stop
     ended the tree; the exchange is not settled yet), or None: the root's loop goes on."""

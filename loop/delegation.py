@@ -8,7 +8,7 @@ The rules a child runs under, all decided here:
 * **Capability subtraction** — the child's tools are the parent's ∩ the child agent's declared ∩ the
   requested ones (:func:`child_tool_names`), taken from the parent's own registry, so nothing is
   ever added. The gate and its scope are the parent's: same user, same security groups. A call
-  the gate wants a human for parks the whole tree (:class:`_ChildDrive`); approving it resumes
+  the gate wants a human for parks the whole tree (:class:`ChildDrive`); approving it resumes
   the child, then its parent (:mod:`loop.cascade`).
 * **One ledger** — the child dispatches through the parent's :class:`~loop.budgets.DispatchAuthority`
   (reserved from the root): its spend is the root's; a child that overspends ends
@@ -33,7 +33,7 @@ from typing import Any
 
 from loop.bounds import MAX_AGENT_DEPTH, Bounds
 from loop.cancellation import CancelToken
-from loop.driver import LoopEnv, _Drive, run_frame
+from loop.driver import FrameDrive, LoopEnv, run_frame
 from loop.errors import ToolError
 from loop.events import EventKind
 from loop.failpoints import failpoint
@@ -85,7 +85,7 @@ def check_depth(link: FrameLink) -> int:
 
 
 @dataclass
-class _ChildDrive(_Drive):
+class ChildDrive(FrameDrive):
     """A child frame: it ends by closing its frame, never by settling the exchange; a call in it
     that needs a human parks the whole tree (its waiting calls go up to the root, which parks the
     exchange in one transaction; the spawning call stays running until the child resumes)."""
@@ -122,9 +122,9 @@ def child_env(parent: LoopEnv, *, agent: AgentSpec, provider: LlmProvider, tools
 
 
 def child_drive(env: LoopEnv, link: FrameLink, frame: Frame, token: CancelToken, *, done_turns: int = 0,
-                approved: frozenset[int] = frozenset()) -> _ChildDrive:
+                approved: frozenset[int] = frozenset()) -> ChildDrive:
     system = withhold_credentials(env.agent.system_prompt, what="system prompt", detector=env.detector)
-    return _ChildDrive(env, link.exchange, frame, link.authority, token, env.tools.specs(), system, approved,
+    return ChildDrive(env, link.exchange, frame, link.authority, token, env.tools.specs(), system, approved,
                        done_turns=done_turns)
 
 
@@ -177,5 +177,5 @@ def child_return(store: Store, frame: Frame, outcome: TerminalOutcome, *, parent
     return DelegateReturn(content=text, status=status, subagent=subagent)
 
 
-__all__ = ["ChildRequest", "DelegateReturn", "FrameLink", "check_depth", "child_drive", "child_env", "child_return",
-           "child_tool_names", "frame_link", "run_child"]
+__all__ = ["ChildDrive", "ChildRequest", "DelegateReturn", "FrameLink", "check_depth", "child_drive", "child_env",
+           "child_return", "child_tool_names", "frame_link", "run_child"]

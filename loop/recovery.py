@@ -24,7 +24,7 @@ from typing import Literal
 
 from loop.cancellation import CancelToken
 from loop.cascade import INTERRUPTED_RESULT, UNFINISHED, cascade, finish_calls, reap
-from loop.driver import WAITING, LoopEnv, _Drive, drive_exchange, fenced, park_tree
+from loop.driver import WAITING, FrameDrive, LoopEnv, drive_exchange, fenced, park_tree
 from loop.errors import HarnessError, LeaseLost, LoopError
 from loop.failpoints import failpoint
 from loop.models import Exchange, ExchangeStatus, ToolCall, ToolCallStatus
@@ -129,7 +129,7 @@ def _finish_tree(env: LoopEnv, exchange: Exchange, token: CancelToken, *, claim_
     """None when the root's loop goes on (the caller drives it)."""
     store = env.store
     reap(env, exchange)
-    root = _Drive.start(env, exchange, token)
+    root = FrameDrive.start(env, exchange, token)
     state = finish_calls(env, exchange, root, token)
     if state.stopped is not None or token.cancelled or store.cancel_requested(exchange.pk):
         return _stop(env, exchange, token.reason or "stop requested")

@@ -18,6 +18,7 @@ from loop.errors import HumanNeeded, InfrastructureError, ToolError
 from loop.failpoints import failpoint
 from loop.masking import CredentialTripwire
 from loop.models import ToolCallStatus
+from loop.parking import ParkEntry
 from loop.ports import DelegateReturn, Tool, ToolContext
 from loop.sql import release_thread
 from loop.tools import threads
@@ -36,7 +37,7 @@ class ToolOutcome:
     truncated: bool = False
     withheld: tuple[str, ...] = ()  # credential kinds that kept the output out of history
     subagent: Mapping[str, Any] | None = None  # a delegate's subagent_result, recorded with the result
-    nested: tuple[Any, ...] = ()  # awaiting_human from a delegate: the calls its child tree parked
+    nested: tuple[ParkEntry, ...] = ()  # awaiting_human from a delegate: the calls its child tree parked
 
 
 def execute_tool(

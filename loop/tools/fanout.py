@@ -18,7 +18,8 @@ from loop.cancellation import CancelToken
 from loop.errors import ToolError
 from loop.failpoints import failpoint
 from loop.models import ToolCall, ToolCallStatus
-from loop.ports import Gate, GateCall, GateVerdict, Tool, ToolContext, TurnScope
+from loop.parking import ParkEntry
+from loop.ports import CallingFrame, Gate, GateCall, GateVerdict, Tool, ToolContext, TurnScope
 from loop.store import ParsedCall, Store
 from loop.tools.execute import ToolOutcome, execute_tool
 from loop.tools.registry import ToolRegistry
@@ -30,9 +31,9 @@ from loop.tripwires import Detector
 class RoundResult:
     parked: list[tuple[ToolCall, GateCall, GateVerdict]] = field(default_factory=list)
     handoffs: list[tuple[ToolCall, str]] = field(default_factory=list)
-    # Calls a child frame parked below one of this round's delegates (call, park callback, question);
-    # the delegate's own call stays running until its child resumes and ends.
-    nested: list[tuple[ToolCall, Any, str]] = field(default_factory=list)
+    # Calls a child frame parked below one of this round's delegates; the delegate's own call stays
+    # running until its child resumes and ends.
+    nested: list[ParkEntry] = field(default_factory=list)
     canceled: bool = False
     executed: int = 0
 
@@ -47,7 +48,7 @@ class RoundEnv:
     principal: str
     narrative: str = ""
     detector: Detector | None = None  # credential tripwires for tool output; the vendored set when None
-    link: Any = None  # the calling frame (a loop.frame_link.FrameLink), handed to delegates
+    link: CallingFrame | None = None  # the calling frame (a loop.frame_link.FrameLink), handed to delegates
 
 
 def gate_call(call: ToolCall) -> GateCall:
