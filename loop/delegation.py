@@ -101,15 +101,15 @@ class ChildDrive(FrameDrive):
 
     def finish(self, turn: int, reply: AssembledTurn, outcome: TerminalOutcome) -> None:
         failpoint("delegation.before_child_close")
-        self.env.store.finish_child_turn(exchange=self.exchange, frame=self.frame, turn=turn, assembled=reply,
-                                         principal=self.env.principal, spent_tokens=self.authority.spent_tokens,
-                                         outcome=outcome.name)
+        self.env.store.frames.finish(exchange=self.exchange, frame=self.frame, turn=turn, assembled=reply,
+                                     principal=self.env.principal, spent_tokens=self.authority.spent_tokens,
+                                     outcome=outcome.name)
         failpoint("delegation.after_child_close")  # closed, its result not yet its parent's: the un-wedge
 
     def settle(self, outcome: TerminalOutcome) -> TerminalOutcome:
         # A child past its own compaction quota closes its frame with the quota's named row.
-        self.ending(lambda: self.env.store.close_frame(self.frame, outcome=outcome.name, principal=self.env.principal,
-                                                       exchange=self.exchange))
+        self.ending(lambda: self.env.store.frames.close(self.frame, outcome=outcome.name, principal=self.env.principal,
+                                                        exchange=self.exchange))
         return outcome
 
 
@@ -139,9 +139,9 @@ def run_child(link: FrameLink, request: ChildRequest, context: ToolContext) -> D
     narrative = f"child:{request.agent.name}:c{context.call_id}:"
     env = child_env(link.env, agent=request.agent, provider=request.provider, tools=request.tools,
                     bounds=request.bounds, narrative=narrative)
-    frame = env.store.open_frame(exchange=link.exchange, parent=link.frame, parent_call_id=context.call_id,
-                                 agent=request.agent.name, narrative=narrative, task=request.task,
-                                 selection=request.selection, tools=env.tools.names(), principal=env.principal)
+    frame = env.store.frames.open(exchange=link.exchange, parent=link.frame, parent_call_id=context.call_id,
+                                  agent=request.agent.name, narrative=narrative, task=request.task,
+                                  selection=request.selection, tools=env.tools.names(), principal=env.principal)
     failpoint("delegation.after_child_open")
     # The call's token, a child of the parent's: a stop reaches here at once.
     drive = child_drive(env, link, frame, context.cancel)
@@ -156,7 +156,7 @@ def child_return(store: Store, frame: Frame, outcome: TerminalOutcome, *, parent
                  ) -> DelegateReturn:
     """A child's ending as its spawning call's result and its one ``subagent_result``. A canceled
     child cancels its parent (one tree)."""
-    texts = store.frame_rows(frame, EventKind.ASSISTANT, EventKind.TOOL_RESULT)
+    texts = store.frames.rows_of(frame, EventKind.ASSISTANT, EventKind.TOOL_RESULT)
     tokens_in = sum(int(p.get("input_tokens") or 0) for p in texts if "input_tokens" in p)
     tokens_out = sum(int(p.get("output_tokens") or 0) for p in texts if "output_tokens" in p)
     if isinstance(outcome, Completed):

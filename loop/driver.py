@@ -74,7 +74,7 @@ def drive_exchange(
     if exchange.status == ExchangeStatus.SETTLED:
         return _replayed(exchange)
     claimed_at_admission = exchange.claim_token == claim_token
-    if not claimed_at_admission and not env.store.claim(exchange.pk, claim_token):
+    if not claimed_at_admission and not env.store.exchanges.claim(exchange.pk, claim_token):
         raise ClaimRefused(f"exchange {exchange.pk} is not open or is claimed by another driver")
     exchange.claim_token = claim_token
     failpoint("loop.after_claim")
@@ -84,9 +84,9 @@ def drive_exchange(
         run_hook(env, HookPoint.BEFORE_INPUT, exchange.pk, {"turns": exchange.turns})
         # A stop made while the exchange waited for a worker counts at once (the watcher polls
         # after that); one claimed with its admission a moment ago has had no time to be stopped.
-        if not claimed_at_admission and env.store.cancel_requested(exchange.pk):
+        if not claimed_at_admission and env.store.exchanges.cancel_requested(exchange.pk):
             token.cancel("stop requested")
-        with StopWatcher(env.store, exchange.pk, token, env.cancel_poll_interval, claim=claim_token):
+        with StopWatcher(env.store.exchanges, exchange.pk, token, env.cancel_poll_interval, claim=claim_token):
             outcome = _loop(FrameDrive.start(env, exchange, token, approved), resume)
     except LeaseLost:
         raise  # the exchange is another driver's now: record nothing, not even a break
@@ -115,7 +115,7 @@ def _mark_broken(env: LoopEnv, exchange: Exchange, *, code: str, message: str) -
     """Record the break; when the database itself is down, the claim stays and the stale-claim
     sweep repairs the exchange later (SPEC R2) — the original error is what the caller sees."""
     try:
-        env.store.mark_broken(exchange, code=code, message=message, principal=env.principal)
+        env.store.exchanges.mark_broken(exchange, code=code, message=message, principal=env.principal)
     except Exception as exc:
         if not is_infrastructure_error(exc):
             raise
@@ -200,7 +200,7 @@ def tool_round(drive: FrameDrive, calls: Sequence[tuple[ToolCall, ParsedCall]]) 
         return stopped
     if not waiting and not result.nested:
         return RunAgain()
-    if token.cancelled or env.store.cancel_requested(drive.exchange.pk):
+    if token.cancelled or env.store.exchanges.cancel_requested(drive.exchange.pk):
         # A stop that raced the park: nothing waits for a human; the waiting calls end cancelled,
         # and so does every child that parked below this frame.
         stopped = Canceled("stop requested")
@@ -222,8 +222,8 @@ def park_entries(env: LoopEnv, result: RoundResult) -> list[ParkEntry]:
 def park_tree(env: LoopEnv, exchange: Exchange, entries: Sequence[ParkEntry]) -> AwaitingHuman:
     """Park every waiting call of the tree in one transaction: the exchange ends AwaitingHuman."""
     question = "\n".join(entry.question for entry in entries if entry.question)
-    env.store.park(exchange, [(entry.call, entry.park) for entry in entries], principal=env.principal,
-                   question=question)
+    env.store.exchanges.park(exchange, [(entry.call, entry.park) for entry in entries], principal=env.principal,
+                             question=question)
     return AwaitingHuman(call_keys=tuple(entry.call.call_key for entry in entries), question=question)
 
 
@@ -264,8 +264,8 @@ class FrameDrive:
         if env.discovery is not None:
             env.discovery.offered(specs)
         system = withhold_credentials(env.agent.system_prompt, what="system prompt", detector=env.detector)
-        frame = env.store.root_frame(exchange)
-        steps = env.store.frame_turns(exchange.pk, narrative=frame.narrative) if exchange.turns else 0
+        frame = env.store.exchanges.root_frame(exchange)
+        steps = env.store.frames.turns(exchange.pk, narrative=frame.narrative) if exchange.turns else 0
         return cls(env, exchange, frame, authority, token, specs, system, approved, steps=steps)
 
     def first_turn(self) -> int:
@@ -320,7 +320,7 @@ class FrameDrive:
 
     def message_end(self, turn: int, reply: AssembledTurn, *, journal: int) -> list[tuple[ToolCall, ParsedCall]]:
         failpoint("loop.before_message_end")
-        calls = self.env.store.record_message_end(
+        calls = self.env.store.exchanges.record_message_end(
             exchange=self.exchange, frame=self.frame, turn=turn, assembled=reply, principal=self.env.principal,
             spent_tokens=self.authority.spent_tokens, journal=journal,
         )
@@ -329,26 +329,26 @@ class FrameDrive:
 
     def finish(self, turn: int, reply: AssembledTurn, outcome: TerminalOutcome) -> None:
         failpoint("loop.before_settle")
-        self.env.store.finish_turn(exchange=self.exchange, frame=self.frame, turn=turn, assembled=reply,
-                                   principal=self.env.principal, spent_tokens=self.authority.spent_tokens,
-                                   outcome=outcome)
+        self.env.store.exchanges.finish_turn(exchange=self.exchange, frame=self.frame, turn=turn, assembled=reply,
+                                             principal=self.env.principal, spent_tokens=self.authority.spent_tokens,
+                                             outcome=outcome)
         failpoint("loop.after_settle")
 
     def cancel(self, calls: Sequence[ToolCall], reason: str) -> None:
-        self.env.store.cancel_calls(calls, reason=reason, principal=self.env.principal, narrative=self.frame.narrative,
-                                    then=self.env.calls_canceled)
+        self.env.store.calls.cancel_calls(calls, reason=reason, principal=self.env.principal,
+                                          narrative=self.frame.narrative, then=self.env.calls_canceled)
 
     def cancel_leftovers(self, reason: str) -> None:
         """Before a stop settles: calls of a parked batch that still wait end canceled too, so the
         receipt covers every call of the exchange."""
         store = self.env.store
-        store.cancel_calls(store.calls_in(self.exchange.pk, *WAITING), reason=reason, principal=self.env.principal,
-                           then=self.env.calls_canceled)
+        store.calls.cancel_calls(store.calls.calls_in(self.exchange.pk, *WAITING), reason=reason,
+                                 principal=self.env.principal, then=self.env.calls_canceled)
 
     def stop_tree(self, waiting: Sequence[ToolCall], reason: str) -> None:
         """A stop ends this frame: children that parked below it close canceled (their spawning
         calls get their one result), this round's waiting calls end canceled, then the leftovers."""
-        self.env.store.cancel_open_frames(self.exchange, reason=reason, principal=self.env.principal,
+        self.env.store.frames.cancel_open(self.exchange, reason=reason, principal=self.env.principal,
                                           then=self.env.calls_canceled, below=self.frame)
         self.cancel([call for call in waiting if call.status not in TERMINAL_TOOL_CALL_STATUSES], reason)
         self.cancel_leftovers(reason)
@@ -357,7 +357,8 @@ class FrameDrive:
         """Settle with the authority's spend saved in the same transaction."""
         ledger = Ledger(self.authority.spent_tokens, self.authority.accounting_incomplete)
         failpoint("loop.before_settle")
-        self.ending(lambda: self.env.store.settle(self.exchange, outcome, principal=self.env.principal, ledger=ledger))
+        self.ending(lambda: self.env.store.exchanges.settle(self.exchange, outcome, principal=self.env.principal,
+                                                           ledger=ledger))
         failpoint("loop.after_settle")
         return outcome
 
@@ -365,8 +366,8 @@ class FrameDrive:
         """End this frame with ``end``; past the compaction quota, loudly: the named
         ``control:compaction_quota`` row commits with the ending (SPEC L14)."""
         if self.episode.exhausted:
-            self.env.store.stop_at_quota(self.exchange, narrative=self.env.narrative,
-                                         payload=quota_row(self.episode, self.env), then=end)
+            self.env.store.compactions.stop_at_quota(self.exchange, narrative=self.env.narrative,
+                                                     payload=quota_row(self.episode, self.env), then=end)
         else:
             end()
 

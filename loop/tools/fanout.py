@@ -70,9 +70,9 @@ def _settle(env: RoundEnv, call: ToolCall, outcome: ToolOutcome, result: RoundRe
 
 
 def _record(env: RoundEnv, call: ToolCall, outcome: ToolOutcome) -> None:
-    env.store.record_result(call, status=outcome.status, content=outcome.content, is_error=outcome.is_error,
-                            truncated=outcome.truncated, principal=env.principal, narrative=env.narrative,
-                            withheld=outcome.withheld, subagent=outcome.subagent)
+    env.store.calls.record_result(call, status=outcome.status, content=outcome.content, is_error=outcome.is_error,
+                                  truncated=outcome.truncated, principal=env.principal, narrative=env.narrative,
+                                  withheld=outcome.withheld, subagent=outcome.subagent)
     failpoint("loop.after_tool_result")
 
 
@@ -96,7 +96,7 @@ def _prepare(
 ) -> Tool | None:
     """Intent, look-up, gate and validation. Returns the tool when the call may execute now."""
     if call.status != ToolCallStatus.RUNNING:  # the first calls were journaled with the message end
-        env.store.record_intent(call, principal=env.principal, narrative=env.narrative)
+        env.store.calls.record_intent(call, principal=env.principal, narrative=env.narrative)
     failpoint("loop.after_intent")
     tool = env.tools.get(call.tool)
     if tool is None:
@@ -131,8 +131,8 @@ def _execute(env: RoundEnv, call: ToolCall, tool: Tool, arguments: Mapping[str, 
 
 
 def _cancel_rest(env: RoundEnv, calls: Sequence[tuple[ToolCall, ParsedCall]], reason: str) -> None:
-    env.store.cancel_calls([call for call, _parsed in calls], reason=reason, principal=env.principal,
-                           narrative=env.narrative)
+    env.store.calls.cancel_calls([call for call, _parsed in calls], reason=reason, principal=env.principal,
+                                 narrative=env.narrative)
 
 
 def run_round(
