@@ -49,14 +49,14 @@ def admit_exchange(
     if env.hooks.configured(HookPoint.BEFORE_START):
         # An exact retry is answered before the policy runs: it admits nothing. Without a policy
         # the store's own admission answers it, in the same query that checks the session.
-        existing = env.store.find_exchange(env.scope.session_id, request_key)
+        existing = env.store.exchanges.find(env.scope.session_id, request_key)
         if existing is not None:
             return existing, True
     kinds = find_tripwires(content, env.detector)
     if kinds:
         raise InputRefused(kinds)
     run_hook(env, HookPoint.BEFORE_START, None, {"request_key": request_key})
-    admission = env.store.admit(
+    admission = env.store.exchanges.admit(
         session_id=env.scope.session_id, request_key=request_key, content=content, principal=env.principal,
         config={"bounds": env.bounds.as_dict(), "agent": env.agent.name, "provider": env.provider.name,
                 "principal": env.principal,  # whose turn: later drivers rebuild the scope from it

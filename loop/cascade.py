@@ -32,12 +32,13 @@ from dataclasses import dataclass, field
 
 from loop.cancellation import CancelToken
 from loop.delegation import child_drive, child_env, child_return
-from loop.driver import LoopEnv, ParkEntry, _Drive, _tool_round, park_tree, run_frame
+from loop.driver import FrameDrive, LoopEnv, ParkEntry, park_tree, run_frame, tool_round
 from loop.errors import HarnessError
 from loop.events import EventKind
 from loop.frame_link import FrameLink
 from loop.models import Exchange, ExchangeStatus, Frame, ToolCall, ToolCallStatus
 from loop.outcomes import AwaitingHuman, Canceled, Completed, RunOutcome, TerminalOutcome, outcome_from_receipt
+from loop.steps import RunAgain
 from loop.store import parsed_from_row
 from loop.tools.hints import RestartHint
 
@@ -67,21 +68,21 @@ def frame_env(env: LoopEnv, frame: Frame) -> LoopEnv:
     if env.frame_agents is None:
         raise HarnessError(f"frame {frame.pk} cannot be rebuilt: no frame_agents", code="frame_unrebuildable")
     setup = env.frame_agents.child(frame.agent, frame.selection)
-    opened = env.store.frame_rows(frame, EventKind.FRAME_OPENED)
+    opened = env.store.frames.rows_of(frame, EventKind.FRAME_OPENED)
     tools = opened[0].get("tools", setup.agent.tools) if opened else setup.agent.tools
     return child_env(env, agent=setup.agent, provider=setup.provider, tools=tools, bounds=setup.bounds,
                      narrative=frame.narrative)
 
 
 def _done_turns(env: LoopEnv, frame: Frame) -> int:
-    turns = [int(row.get("turn") or 0) for row in env.store.frame_rows(frame, EventKind.ASSISTANT)]
+    turns = [int(row.get("turn") or 0) for row in env.store.frames.rows_of(frame, EventKind.ASSISTANT)]
     return max(turns, default=0)
 
 
 def _stored_outcome(env: LoopEnv, frame: Frame) -> TerminalOutcome:
     """A closed child's ending, typed, for the un-wedge (its answer is its last assistant text)."""
     if frame.outcome == "completed":
-        texts = env.store.frame_rows(frame, EventKind.ASSISTANT)
+        texts = env.store.frames.rows_of(frame, EventKind.ASSISTANT)
         return Completed(answer=str(texts[-1].get("content", "")) if texts else "")
     outcome = outcome_from_receipt(frame.outcome, None)
     return outcome if not isinstance(outcome, AwaitingHuman) else Canceled("the delegate's frame closed unfinished")
@@ -93,9 +94,9 @@ def reap(env: LoopEnv, exchange: Exchange) -> int:
     store = env.store
     if exchange.status != ExchangeStatus.OPEN:
         return 0  # a parked tree's open frames waited properly (parallel siblings may all have parked)
-    open_frames = store.open_children(exchange.pk)
-    waiting = {call.frame_id for call in store.calls_in(exchange.pk, ToolCallStatus.AWAITING_HUMAN,
-                                                        ToolCallStatus.APPROVED)}
+    open_frames = store.frames.open_children(exchange.pk)
+    waiting = {call.frame_id for call in store.calls.calls_in(exchange.pk, ToolCallStatus.AWAITING_HUMAN,
+                                                              ToolCallStatus.APPROVED)}
     siblings: dict[int, list[Frame]] = defaultdict(list)
     for frame in open_frames:
         assert frame.parent_call is not None
@@ -105,68 +106,70 @@ def reap(env: LoopEnv, exchange: Exchange) -> int:
         if len(group) < 2:
             continue
         for frame in group:
-            below = [f for f in open_frames if f.pk == frame.pk or frame.pk in store.frame_ancestors(f)]
+            below = [f for f in open_frames if f.pk == frame.pk or frame.pk in store.frames.ancestors(f)]
             if not any(f.pk in waiting for f in below):
                 reaped.append(frame)
     if reaped:
-        store.cancel_open_frames(exchange, reason=REAPED_RESULT, principal=env.principal, then=env.calls_canceled,
+        store.frames.cancel_open(exchange, reason=REAPED_RESULT, principal=env.principal, then=env.calls_canceled,
                                  only=reaped, spawn_status=ToolCallStatus.FAILED)
     return len(reaped)
 
 
-def finish_calls(env: LoopEnv, exchange: Exchange, authority_drive: _Drive, token: CancelToken) -> TreeState:
+def finish_calls(env: LoopEnv, exchange: Exchange, authority_drive: FrameDrive, token: CancelToken) -> TreeState:
     """Steps 2 and 3: every frame's unfinished calls, deepest frame first, in its own environment."""
     store, state = env.store, TreeState()
     by_frame: dict[int, list[ToolCall]] = defaultdict(list)
     frames: dict[int, Frame] = {}
-    for call in store.calls_in(exchange.pk, *UNFINISHED):
+    for call in store.calls.calls_in(exchange.pk, *UNFINISHED):
         by_frame[call.frame_id].append(call)
         frames[call.frame_id] = call.frame
     for frame in sorted(frames.values(), key=lambda f: (-f.depth, f.pk)):
         fenv = frame_env(env, frame)
         runnable: list[ToolCall] = []
         for call in by_frame[frame.pk]:
-            child = store.child_frame_of(call.pk) if call.status == ToolCallStatus.RUNNING else None
+            child = store.frames.child_of(call.pk) if call.status == ToolCallStatus.RUNNING else None
             if child is not None and child.status == "open":
                 continue  # the cascade ends it
             if child is not None:  # the un-wedge: the child ended, its result never reached this call
-                child = store.frame(child.pk)
+                child = store.frames.get(child.pk)
                 end_child(env, exchange, child, _stored_outcome(env, child))
                 continue
             tool = fenv.tools.get(call.tool)
             if call.status == ToolCallStatus.RUNNING and tool is not None \
                     and tool.restart_hint == RestartHint.MARK_INTERRUPTED:
-                store.record_result(call, status=ToolCallStatus.INTERRUPTED, content=INTERRUPTED_RESULT,
-                                    is_error=True, truncated=False, principal=env.principal,
-                                    narrative=frame.narrative)
+                store.calls.record_result(call, status=ToolCallStatus.INTERRUPTED, content=INTERRUPTED_RESULT,
+                                          is_error=True, truncated=False, principal=env.principal,
+                                          narrative=frame.narrative)
                 continue
             runnable.append(call)
         if not runnable:
             continue
         approved = frozenset(call.pk for call in runnable if call.status == ToolCallStatus.APPROVED)
         drive = _drive_for(fenv, exchange, frame, authority_drive, token, approved)
-        ended = _tool_round(drive, [(call, parsed_from_row(call)) for call in runnable])
-        if isinstance(ended, AwaitingHuman):
-            state.parked.extend(drive.parked)
-        elif ended is not None:  # a stop: the frame settled (a child's closed) canceled
-            state.stopped = Canceled(token.reason or "stop requested")
-            if frame.depth > 0:
-                end_child(env, exchange, store.frame(frame.pk), state.stopped)
-            return state
+        match tool_round(drive, [(call, parsed_from_row(call)) for call in runnable]):
+            case RunAgain():
+                pass
+            case AwaitingHuman():
+                state.parked.extend(drive.parked)
+            case Canceled():  # a stop: the frame settled (a child's closed) canceled
+                state.stopped = Canceled(token.reason or "stop requested")
+                if frame.depth > 0:
+                    end_child(env, exchange, store.frames.get(frame.pk), state.stopped)
+                return state
     return state
 
 
 def end_child(env: LoopEnv, exchange: Exchange, frame: Frame, outcome: TerminalOutcome) -> None:
     """A child's ending reaches its spawning call: the result and its one ``subagent_result``."""
     result = child_return(env.store, frame, outcome, parent_token=None)
-    env.store.end_child(frame, status=result.status, content=result.content, subagent=result.subagent,
-                        principal=env.principal, exchange=exchange)
+    env.store.frames.end_child(frame, status=result.status, content=result.content, subagent=result.subagent,
+                               principal=env.principal, exchange=exchange)
 
 
-def _drive_for(env: LoopEnv, exchange: Exchange, frame: Frame, root: _Drive, token: CancelToken,
-               approved: frozenset[int]) -> _Drive:
+def _drive_for(env: LoopEnv, exchange: Exchange, frame: Frame, root: FrameDrive, token: CancelToken,
+               approved: frozenset[int]) -> FrameDrive:
     if frame.depth == 0:
-        drive = _Drive.start(env, exchange, token, approved)
+        drive = FrameDrive.start(env, exchange, token, approved)
         drive.authority = root.authority
         drive.defer_park = True
         return drive
@@ -174,13 +177,13 @@ def _drive_for(env: LoopEnv, exchange: Exchange, frame: Frame, root: _Drive, tok
     return child_drive(env, link, frame, token, done_turns=_done_turns(env, frame), approved=approved)
 
 
-def cascade(env: LoopEnv, exchange: Exchange, root: _Drive, token: CancelToken) -> RunOutcome | None:
+def cascade(env: LoopEnv, exchange: Exchange, root: FrameDrive, token: CancelToken) -> RunOutcome | None:
     """Step 4: run the deepest open frame's loop to its end, hand its ending to its spawning call,
     and go up. Returns AwaitingHuman (the tree parked again, its entries parked), Canceled (a stop
     ended the tree; the exchange is not settled yet), or None: the root's loop goes on."""
     store = env.store
     while True:
-        open_frames = store.open_children(exchange.pk)
+        open_frames = store.frames.open_children(exchange.pk)
         if token.cancelled:
             return Canceled(token.reason or "stop requested")
         if not open_frames:

@@ -158,14 +158,14 @@ class ContextBuilder:
                 self._windows.popitem(last=False)
         try:
             if window.folder is None:
-                replay = store.replay_window(session_id, narrative=narrative, cap=cap)
+                replay = store.compactions.replay_window(session_id, narrative=narrative, cap=cap)
             else:
                 replay = store.replay(session_id, narrative=narrative, cap=cap, after_seq=window.last_seq)
                 if (replay.capped or replay.session_stamp != window.session_stamp
                         or any(row.kind == EventKind.COMPACTION for row in replay.rows)):
                     # More new rows than the cap, a new boundary, or another session under this id
                     # (deleted, its id handed out again): start over from the store.
-                    replay = store.replay_window(session_id, narrative=narrative, cap=cap)
+                    replay = store.compactions.replay_window(session_id, narrative=narrative, cap=cap)
                     window.folder = None
             new_rows = replay.rows
             if window.folder is None:  # a first look

@@ -8,7 +8,7 @@ The rules a child runs under, all decided here:
 * **Capability subtraction** — the child's tools are the parent's ∩ the child agent's declared ∩ the
   requested ones (:func:`child_tool_names`), taken from the parent's own registry, so nothing is
   ever added. The gate and its scope are the parent's: same user, same security groups. A call
-  the gate wants a human for parks the whole tree (:class:`_ChildDrive`); approving it resumes
+  the gate wants a human for parks the whole tree (:class:`ChildDrive`); approving it resumes
   the child, then its parent (:mod:`loop.cascade`).
 * **One ledger** — the child dispatches through the parent's :class:`~loop.budgets.DispatchAuthority`
   (reserved from the root): its spend is the root's; a child that overspends ends
@@ -33,7 +33,7 @@ from typing import Any
 
 from loop.bounds import MAX_AGENT_DEPTH, Bounds
 from loop.cancellation import CancelToken
-from loop.driver import LoopEnv, _Drive, run_frame
+from loop.driver import FrameDrive, LoopEnv, run_frame
 from loop.errors import ToolError
 from loop.events import EventKind
 from loop.failpoints import failpoint
@@ -85,7 +85,7 @@ def check_depth(link: FrameLink) -> int:
 
 
 @dataclass
-class _ChildDrive(_Drive):
+class ChildDrive(FrameDrive):
     """A child frame: it ends by closing its frame, never by settling the exchange; a call in it
     that needs a human parks the whole tree (its waiting calls go up to the root, which parks the
     exchange in one transaction; the spawning call stays running until the child resumes)."""
@@ -101,15 +101,15 @@ class _ChildDrive(_Drive):
 
     def finish(self, turn: int, reply: AssembledTurn, outcome: TerminalOutcome) -> None:
         failpoint("delegation.before_child_close")
-        self.env.store.finish_child_turn(exchange=self.exchange, frame=self.frame, turn=turn, assembled=reply,
-                                         principal=self.env.principal, spent_tokens=self.authority.spent_tokens,
-                                         outcome=outcome.name)
+        self.env.store.frames.finish(exchange=self.exchange, frame=self.frame, turn=turn, assembled=reply,
+                                     principal=self.env.principal, spent_tokens=self.authority.spent_tokens,
+                                     outcome=outcome.name)
         failpoint("delegation.after_child_close")  # closed, its result not yet its parent's: the un-wedge
 
     def settle(self, outcome: TerminalOutcome) -> TerminalOutcome:
         # A child past its own compaction quota closes its frame with the quota's named row.
-        self.ending(lambda: self.env.store.close_frame(self.frame, outcome=outcome.name, principal=self.env.principal,
-                                                       exchange=self.exchange))
+        self.ending(lambda: self.env.store.frames.close(self.frame, outcome=outcome.name, principal=self.env.principal,
+                                                        exchange=self.exchange))
         return outcome
 
 
@@ -122,9 +122,9 @@ def child_env(parent: LoopEnv, *, agent: AgentSpec, provider: LlmProvider, tools
 
 
 def child_drive(env: LoopEnv, link: FrameLink, frame: Frame, token: CancelToken, *, done_turns: int = 0,
-                approved: frozenset[int] = frozenset()) -> _ChildDrive:
+                approved: frozenset[int] = frozenset()) -> ChildDrive:
     system = withhold_credentials(env.agent.system_prompt, what="system prompt", detector=env.detector)
-    return _ChildDrive(env, link.exchange, frame, link.authority, token, env.tools.specs(), system, approved,
+    return ChildDrive(env, link.exchange, frame, link.authority, token, env.tools.specs(), system, approved,
                        done_turns=done_turns)
 
 
@@ -139,9 +139,9 @@ def run_child(link: FrameLink, request: ChildRequest, context: ToolContext) -> D
     narrative = f"child:{request.agent.name}:c{context.call_id}:"
     env = child_env(link.env, agent=request.agent, provider=request.provider, tools=request.tools,
                     bounds=request.bounds, narrative=narrative)
-    frame = env.store.open_frame(exchange=link.exchange, parent=link.frame, parent_call_id=context.call_id,
-                                 agent=request.agent.name, narrative=narrative, task=request.task,
-                                 selection=request.selection, tools=env.tools.names(), principal=env.principal)
+    frame = env.store.frames.open(exchange=link.exchange, parent=link.frame, parent_call_id=context.call_id,
+                                  agent=request.agent.name, narrative=narrative, task=request.task,
+                                  selection=request.selection, tools=env.tools.names(), principal=env.principal)
     failpoint("delegation.after_child_open")
     # The call's token, a child of the parent's: a stop reaches here at once.
     drive = child_drive(env, link, frame, context.cancel)
@@ -156,7 +156,7 @@ def child_return(store: Store, frame: Frame, outcome: TerminalOutcome, *, parent
                  ) -> DelegateReturn:
     """A child's ending as its spawning call's result and its one ``subagent_result``. A canceled
     child cancels its parent (one tree)."""
-    texts = store.frame_rows(frame, EventKind.ASSISTANT, EventKind.TOOL_RESULT)
+    texts = store.frames.rows_of(frame, EventKind.ASSISTANT, EventKind.TOOL_RESULT)
     tokens_in = sum(int(p.get("input_tokens") or 0) for p in texts if "input_tokens" in p)
     tokens_out = sum(int(p.get("output_tokens") or 0) for p in texts if "output_tokens" in p)
     if isinstance(outcome, Completed):
@@ -177,5 +177,5 @@ def child_return(store: Store, frame: Frame, outcome: TerminalOutcome, *, parent
     return DelegateReturn(content=text, status=status, subagent=subagent)
 
 
-__all__ = ["ChildRequest", "DelegateReturn", "FrameLink", "check_depth", "child_drive", "child_env", "child_return",
-           "child_tool_names", "frame_link", "run_child"]
+__all__ = ["ChildDrive", "ChildRequest", "DelegateReturn", "FrameLink", "check_depth", "child_drive", "child_env",
+           "child_return", "child_tool_names", "frame_link", "run_child"]

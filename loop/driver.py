@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from loop.admission import InputRefused, admit_exchange, run_hook
 from loop.budgets import BudgetRefused, DispatchAuthority
@@ -36,8 +35,10 @@ from loop.outcomes import (
     TerminalOutcome,
     outcome_from_receipt,
 )
+from loop.parking import ParkEntry, Parker
+from loop.ports import GateCall, GateVerdict
 from loop.providers.base import AssembledTurn, ProviderRequest, ToolSpec
-from loop.steps import Answer, CapReached, ToolRound, classify_turn
+from loop.steps import Answer, CapReached, RoundEnd, RunAgain, ToolRound, classify_turn
 from loop.store import Ledger, ParsedCall, parsed_from_row
 from loop.tools.execute import ToolOutcome
 from loop.tools.fanout import RoundEnv, RoundResult, journal_upfront, run_round
@@ -73,7 +74,7 @@ def drive_exchange(
     if exchange.status == ExchangeStatus.SETTLED:
         return _replayed(exchange)
     claimed_at_admission = exchange.claim_token == claim_token
-    if not claimed_at_admission and not env.store.claim(exchange.pk, claim_token):
+    if not claimed_at_admission and not env.store.exchanges.claim(exchange.pk, claim_token):
         raise ClaimRefused(f"exchange {exchange.pk} is not open or is claimed by another driver")
     exchange.claim_token = claim_token
     failpoint("loop.after_claim")
@@ -83,10 +84,10 @@ def drive_exchange(
         run_hook(env, HookPoint.BEFORE_INPUT, exchange.pk, {"turns": exchange.turns})
         # A stop made while the exchange waited for a worker counts at once (the watcher polls
         # after that); one claimed with its admission a moment ago has had no time to be stopped.
-        if not claimed_at_admission and env.store.cancel_requested(exchange.pk):
+        if not claimed_at_admission and env.store.exchanges.cancel_requested(exchange.pk):
             token.cancel("stop requested")
-        with StopWatcher(env.store, exchange.pk, token, env.cancel_poll_interval, claim=claim_token):
-            outcome = _loop(_Drive.start(env, exchange, token, approved), resume)
+        with StopWatcher(env.store.exchanges, exchange.pk, token, env.cancel_poll_interval, claim=claim_token):
+            outcome = _loop(FrameDrive.start(env, exchange, token, approved), resume)
     except LeaseLost:
         raise  # the exchange is another driver's now: record nothing, not even a break
     except LoopError as exc:
@@ -114,7 +115,7 @@ def _mark_broken(env: LoopEnv, exchange: Exchange, *, code: str, message: str) -
     """Record the break; when the database itself is down, the claim stays and the stale-claim
     sweep repairs the exchange later (SPEC R2) — the original error is what the caller sees."""
     try:
-        env.store.mark_broken(exchange, code=code, message=message, principal=env.principal)
+        env.store.exchanges.mark_broken(exchange, code=code, message=message, principal=env.principal)
     except Exception as exc:
         if not is_infrastructure_error(exc):
             raise
@@ -151,11 +152,11 @@ def _replayed(exchange: Exchange) -> ExchangeResult:
 # --- the loop -----------------------------------------------------------------------------------
 
 
-def _loop(drive: _Drive, resume: Sequence[ToolCall] = ()) -> RunOutcome:
+def _loop(drive: FrameDrive, resume: Sequence[ToolCall] = ()) -> RunOutcome:
     if resume:  # what a crash or a human left unfinished completes its round first
-        parked = _tool_round(drive, [(call, parsed_from_row(call)) for call in resume])
-        if parked is not None:
-            return parked
+        ended = tool_round(drive, [(call, parsed_from_row(call)) for call in resume])
+        if not isinstance(ended, RunAgain):
+            return ended
     turn = drive.first_turn()
     while True:
         if drive.token.cancelled:  # round boundary
@@ -176,57 +177,70 @@ def _loop(drive: _Drive, resume: Sequence[ToolCall] = ()) -> RunOutcome:
                 return drive.settle(outcome)
             case ToolRound():
                 journal = journal_upfront(drive.env.tools, [c.name for c in reply.tool_calls])
-                parked = _tool_round(drive, drive.message_end(turn, reply, journal=journal))
-                if parked is not None:
-                    return parked
+                ended = tool_round(drive, drive.message_end(turn, reply, journal=journal))
+                if not isinstance(ended, RunAgain):
+                    return ended
 
 
-def _tool_round(drive: _Drive, calls: list[tuple[ToolCall, ParsedCall]]) -> RunOutcome | None:
-    """Run the round's calls (the effects); None when the loop goes on to the next model turn."""
+def tool_round(drive: FrameDrive, calls: Sequence[tuple[ToolCall, ParsedCall]]) -> RoundEnd:
+    """Run one round of a frame's calls (the effects) and say what follows.
+
+    Returns:
+        ``RunAgain`` when nothing waits (the loop takes its next model turn); ``AwaitingHuman``
+        when calls wait for a human (parked, or kept on a deferred drive for one park of the
+        tree); ``Canceled`` when a stop ended the frame (the drive settled or closed it).
+    """
     env, token = drive.env, drive.token
     result = run_round(drive.round_env(), calls, token, skip_gate_for=drive.approved)
     waiting = [call for call, _, _ in result.parked] + [call for call, _ in result.handoffs]
     if result.canceled:
-        drive.stop_tree(waiting, token.reason or "stop requested")
-        return drive.settle(Canceled(token.reason or "stop requested"))
+        stopped = Canceled(token.reason or "stop requested")
+        drive.stop_tree(waiting, stopped.reason)
+        drive.settle(stopped)
+        return stopped
     if not waiting and not result.nested:
-        return None
-    if token.cancelled or env.store.cancel_requested(drive.exchange.pk):
+        return RunAgain()
+    if token.cancelled or env.store.exchanges.cancel_requested(drive.exchange.pk):
         # A stop that raced the park: nothing waits for a human; the waiting calls end cancelled,
         # and so does every child that parked below this frame.
-        drive.stop_tree(waiting, "stop requested")
-        return drive.settle(Canceled("stop requested"))
+        stopped = Canceled("stop requested")
+        drive.stop_tree(waiting, stopped.reason)
+        drive.settle(stopped)
+        return stopped
     return drive.park(result)
-
-
-ParkEntry = tuple[ToolCall, Callable[[], Mapping[str, Any]], str]  # a waiting call, its park callback, a question
 
 
 def park_entries(env: LoopEnv, result: RoundResult) -> list[ParkEntry]:
     """The round's waiting calls with their park callbacks: the gate's, the handoffs', and those a
     child frame parked below (the whole tree waits; SPEC S1, A3)."""
-    entries: list[ParkEntry] = [(call, _parker(env, request, verdict), "") for call, request, verdict in result.parked]
-    entries += [(call, _handoff(question), question) for call, question in result.handoffs]
-    entries += list(result.nested)
+    entries = [ParkEntry(call, _parker(env, request, verdict), "") for call, request, verdict in result.parked]
+    entries += [ParkEntry(call, _handoff(question), question) for call, question in result.handoffs]
+    entries += result.nested
     return entries
 
 
 def park_tree(env: LoopEnv, exchange: Exchange, entries: Sequence[ParkEntry]) -> AwaitingHuman:
     """Park every waiting call of the tree in one transaction: the exchange ends AwaitingHuman."""
-    question = "\n".join(question for _, _, question in entries if question)
-    env.store.park(exchange, [(call, park) for call, park, _ in entries], principal=env.principal, question=question)
-    return AwaitingHuman(call_keys=tuple(call.call_key for call, _, _ in entries), question=question)
+    question = "\n".join(entry.question for entry in entries if entry.question)
+    env.store.exchanges.park(exchange, [(entry.call, entry.park) for entry in entries], principal=env.principal,
+                             question=question)
+    return AwaitingHuman(call_keys=tuple(entry.call.call_key for entry in entries), question=question)
 
 
-def run_frame(drive: _Drive) -> RunOutcome:
+def run_frame(drive: FrameDrive) -> RunOutcome:
     """The loop over one frame: the root's (which settles the exchange) or a delegate's
     (:mod:`loop.delegation`, whose drive closes its frame instead)."""
     return _loop(drive)
 
 
 @dataclass
-class _Drive:
-    """One frame being driven (the root's): its rows, the tree's dispatch authority and its token."""
+class FrameDrive:
+    """One frame being driven: its rows, the tree's dispatch authority and its token.
+
+    This one drives the root frame and settles the exchange; :class:`loop.delegation.ChildDrive`
+    drives a delegate's frame and closes it instead. Recovery (:mod:`loop.cascade`) drives stored
+    frames with the same two.
+    """
 
     env: LoopEnv
     exchange: Exchange
@@ -243,15 +257,15 @@ class _Drive:
 
     @classmethod
     def start(cls, env: LoopEnv, exchange: Exchange, token: CancelToken, approved: frozenset[int] = frozenset()
-              ) -> _Drive:
+              ) -> FrameDrive:
         authority = DispatchAuthority(budget_tokens=exchange.budget_tokens, spent_tokens=exchange.reserved_tokens,
                                       accounting_incomplete=exchange.accounting_incomplete)
         specs = env.tools.specs()
         if env.discovery is not None:
             env.discovery.offered(specs)
         system = withhold_credentials(env.agent.system_prompt, what="system prompt", detector=env.detector)
-        frame = env.store.root_frame(exchange)
-        steps = env.store.frame_turns(exchange.pk, narrative=frame.narrative) if exchange.turns else 0
+        frame = env.store.exchanges.root_frame(exchange)
+        steps = env.store.frames.turns(exchange.pk, narrative=frame.narrative) if exchange.turns else 0
         return cls(env, exchange, frame, authority, token, specs, system, approved, steps=steps)
 
     def first_turn(self) -> int:
@@ -264,13 +278,13 @@ class _Drive:
                          token=self.token)
         return replace(self.env.round_env(self.frame.narrative), link=link)
 
-    def park(self, result: RoundResult) -> RunOutcome | None:
+    def park(self, result: RoundResult) -> AwaitingHuman:
         """Park the waiting calls durably: the exchange ends AwaitingHuman and no worker waits.
         A deferred drive (recovery finishing several frames) keeps them for one park of the tree."""
         entries = park_entries(self.env, result)
         if self.defer_park:
             self.parked.extend(entries)
-            return AwaitingHuman(call_keys=tuple(call.call_key for call, _, _ in entries))
+            return AwaitingHuman(call_keys=tuple(entry.call.call_key for entry in entries))
         return park_tree(self.env, self.exchange, entries)
 
     def model_turn(self, turn: int) -> AssembledTurn | TerminalOutcome:
@@ -306,7 +320,7 @@ class _Drive:
 
     def message_end(self, turn: int, reply: AssembledTurn, *, journal: int) -> list[tuple[ToolCall, ParsedCall]]:
         failpoint("loop.before_message_end")
-        calls = self.env.store.record_message_end(
+        calls = self.env.store.exchanges.record_message_end(
             exchange=self.exchange, frame=self.frame, turn=turn, assembled=reply, principal=self.env.principal,
             spent_tokens=self.authority.spent_tokens, journal=journal,
         )
@@ -315,26 +329,26 @@ class _Drive:
 
     def finish(self, turn: int, reply: AssembledTurn, outcome: TerminalOutcome) -> None:
         failpoint("loop.before_settle")
-        self.env.store.finish_turn(exchange=self.exchange, frame=self.frame, turn=turn, assembled=reply,
-                                   principal=self.env.principal, spent_tokens=self.authority.spent_tokens,
-                                   outcome=outcome)
+        self.env.store.exchanges.finish_turn(exchange=self.exchange, frame=self.frame, turn=turn, assembled=reply,
+                                             principal=self.env.principal, spent_tokens=self.authority.spent_tokens,
+                                             outcome=outcome)
         failpoint("loop.after_settle")
 
     def cancel(self, calls: Sequence[ToolCall], reason: str) -> None:
-        self.env.store.cancel_calls(calls, reason=reason, principal=self.env.principal, narrative=self.frame.narrative,
-                                    then=self.env.calls_canceled)
+        self.env.store.calls.cancel_calls(calls, reason=reason, principal=self.env.principal,
+                                          narrative=self.frame.narrative, then=self.env.calls_canceled)
 
     def cancel_leftovers(self, reason: str) -> None:
         """Before a stop settles: calls of a parked batch that still wait end canceled too, so the
         receipt covers every call of the exchange."""
         store = self.env.store
-        store.cancel_calls(store.calls_in(self.exchange.pk, *WAITING), reason=reason, principal=self.env.principal,
-                           then=self.env.calls_canceled)
+        store.calls.cancel_calls(store.calls.calls_in(self.exchange.pk, *WAITING), reason=reason,
+                                 principal=self.env.principal, then=self.env.calls_canceled)
 
     def stop_tree(self, waiting: Sequence[ToolCall], reason: str) -> None:
         """A stop ends this frame: children that parked below it close canceled (their spawning
         calls get their one result), this round's waiting calls end canceled, then the leftovers."""
-        self.env.store.cancel_open_frames(self.exchange, reason=reason, principal=self.env.principal,
+        self.env.store.frames.cancel_open(self.exchange, reason=reason, principal=self.env.principal,
                                           then=self.env.calls_canceled, below=self.frame)
         self.cancel([call for call in waiting if call.status not in TERMINAL_TOOL_CALL_STATUSES], reason)
         self.cancel_leftovers(reason)
@@ -343,7 +357,8 @@ class _Drive:
         """Settle with the authority's spend saved in the same transaction."""
         ledger = Ledger(self.authority.spent_tokens, self.authority.accounting_incomplete)
         failpoint("loop.before_settle")
-        self.ending(lambda: self.env.store.settle(self.exchange, outcome, principal=self.env.principal, ledger=ledger))
+        self.ending(lambda: self.env.store.exchanges.settle(self.exchange, outcome, principal=self.env.principal,
+                                                           ledger=ledger))
         failpoint("loop.after_settle")
         return outcome
 
@@ -351,8 +366,8 @@ class _Drive:
         """End this frame with ``end``; past the compaction quota, loudly: the named
         ``control:compaction_quota`` row commits with the ending (SPEC L14)."""
         if self.episode.exhausted:
-            self.env.store.stop_at_quota(self.exchange, narrative=self.env.narrative,
-                                         payload=quota_row(self.episode, self.env), then=end)
+            self.env.store.compactions.stop_at_quota(self.exchange, narrative=self.env.narrative,
+                                                     payload=quota_row(self.episode, self.env), then=end)
         else:
             end()
 
@@ -365,21 +380,28 @@ class _Drive:
         return send
 
 
-def _handoff(question: str) -> Callable[[], Mapping[str, Any]]:
+def _handoff(question: str) -> Parker:
     return lambda: {"handoff": True, "question": question}
 
 
-def _parker(env: LoopEnv, request: Any, verdict: Any) -> Callable[[], Mapping[str, Any]]:
+def _parker(env: LoopEnv, request: GateCall, verdict: GateVerdict) -> Parker:
     return lambda: env.gate.park(request, env.scope, verdict)
 
 
 __all__ = [
+    "FrameDrive",
     "InputRefused",
     "LoopEnv",
+    "ParkEntry",
+    "RoundEnd",
+    "RunAgain",
     "ToolOutcome",
     "admit_exchange",
     "drive_exchange",
+    "park_entries",
+    "park_tree",
     "run_frame",
     "run_turns",
     "run_turns_keyed",
+    "tool_round",
 ]

@@ -9,10 +9,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from loop.cancellation import CancelToken
 from loop.providers.base import ToolSpec
+
+if TYPE_CHECKING:
+    from loop.parking import ParkEntry
 
 
 class Clock(Protocol):
@@ -135,7 +138,7 @@ class DelegateReturn:
     subagent: Mapping[str, Any]
     # awaiting_human: the child parked; its waiting calls with their park callbacks (the whole tree
     # parks, the parent's call stays running until the child resumes and ends).
-    parked: Sequence[Any] = ()
+    parked: Sequence[ParkEntry] = ()
 
 
 class Tool(Protocol):

@@ -24,7 +24,7 @@ from typing import Literal
 
 from loop.cancellation import CancelToken
 from loop.cascade import INTERRUPTED_RESULT, UNFINISHED, cascade, finish_calls, reap
-from loop.driver import WAITING, LoopEnv, _Drive, drive_exchange, fenced, park_tree
+from loop.driver import WAITING, FrameDrive, LoopEnv, drive_exchange, fenced, park_tree
 from loop.errors import HarnessError, LeaseLost, LoopError
 from loop.failpoints import failpoint
 from loop.models import Exchange, ExchangeStatus, ToolCall, ToolCallStatus
@@ -65,16 +65,16 @@ def resolve_pending(
         ResolverBusy: another driver holds the exchange right now (retry later).
     """
     store = env.store
-    exchange = store.exchange(call.exchange_id)
+    exchange = store.exchanges.get(call.exchange_id)
     if exchange.status != ExchangeStatus.PARKED:
         return None
-    if not store.claim_for_recovery(exchange.pk, claim_token, principal=env.principal):
+    if not store.exchanges.claim_for_recovery(exchange.pk, claim_token, principal=env.principal):
         raise ResolverBusy(f"exchange {exchange.pk} is held by another driver")
     exchange.claim_token = claim_token
     env = fenced(env, exchange.pk, claim_token)
     taken = _answer(env, call, resolution=resolution, reason=reason)
     if not taken:
-        store.release(exchange.pk, claim_token)
+        store.exchanges.release(exchange.pk, claim_token)
         return None
     failpoint("approvals.after_take")
     return _continue_parked(env, exchange, claim_token=claim_token, close=reason if resolution == "close" else None)
@@ -84,17 +84,17 @@ def _answer(env: LoopEnv, call: ToolCall, *, resolution: Resolution, reason: str
     """Take the call out of awaiting_human exactly once and record what the human decided."""
     store, narrative = env.store, call.frame.narrative
     if resolution == "approve":
-        return store.take_awaiting(call, to_status=ToolCallStatus.APPROVED, principal=env.principal)
-    if not store.take_awaiting(call, to_status=ToolCallStatus.RUNNING, principal=env.principal):
+        return store.calls.take_awaiting(call, to_status=ToolCallStatus.APPROVED, principal=env.principal)
+    if not store.calls.take_awaiting(call, to_status=ToolCallStatus.RUNNING, principal=env.principal):
         return False
     if resolution == "close":
-        store.cancel_calls([call], reason=f"closed by a human: {reason}".rstrip(": "), principal=env.principal,
-                           narrative=narrative)
+        store.calls.cancel_calls([call], reason=f"closed by a human: {reason}".rstrip(": "), principal=env.principal,
+                                 narrative=narrative)
         return True
     status, template = _RESULTS[resolution]
-    store.record_result(call, status=status, content=template.format(reason=reason).rstrip(": "),
-                        is_error=resolution != "answer", truncated=False, principal=env.principal,
-                        narrative=narrative)
+    store.calls.record_result(call, status=status, content=template.format(reason=reason).rstrip(": "),
+                              is_error=resolution != "answer", truncated=False, principal=env.principal,
+                              narrative=narrative)
     return True
 
 
@@ -107,19 +107,19 @@ def _continue_parked(
     env = fenced(env, exchange.pk, claim_token)
     store, token = env.store, CancelToken()
     exchange.claim_token = claim_token
-    if store.cancel_requested(exchange.pk):
+    if store.exchanges.cancel_requested(exchange.pk):
         token.cancel("stop requested")
     try:
-        with StopWatcher(store, exchange.pk, token, env.cancel_poll_interval, claim=claim_token):
+        with StopWatcher(store.exchanges, exchange.pk, token, env.cancel_poll_interval, claim=claim_token):
             ended = _finish_tree(env, exchange, token, claim_token=claim_token, close=close)
     except LeaseLost:
         raise  # another driver holds it now: nothing more is written here
     except LoopError as exc:
-        store.mark_broken(exchange, code=exc.code, message=str(exc), principal=env.principal)
+        store.exchanges.mark_broken(exchange, code=exc.code, message=str(exc), principal=env.principal)
         raise
     if ended is not None:
         return ExchangeResult(exchange.pk, ended, exchange.receipt)
-    fresh = store.exchange(exchange.pk)  # the children's spend is on the root's ledger now
+    fresh = store.exchanges.get(exchange.pk)  # the children's spend is on the root's ledger now
     fresh.claim_token = claim_token
     return drive_exchange(env, fresh, claim_token=claim_token, cancel=token)
 
@@ -129,23 +129,23 @@ def _finish_tree(env: LoopEnv, exchange: Exchange, token: CancelToken, *, claim_
     """None when the root's loop goes on (the caller drives it)."""
     store = env.store
     reap(env, exchange)
-    root = _Drive.start(env, exchange, token)
+    root = FrameDrive.start(env, exchange, token)
     state = finish_calls(env, exchange, root, token)
-    if state.stopped is not None or token.cancelled or store.cancel_requested(exchange.pk):
+    if state.stopped is not None or token.cancelled or store.exchanges.cancel_requested(exchange.pk):
         return _stop(env, exchange, token.reason or "stop requested")
     if state.parked:  # re-gated calls that now need a human: the tree parks (again)
         return park_tree(env, exchange, state.parked)
-    if store.awaiting_calls(exchange.pk):  # re-asked: the cards are still there
-        store.release(exchange.pk, claim_token)
+    if store.calls.awaiting_calls(exchange.pk):  # re-asked: the cards are still there
+        store.exchanges.release(exchange.pk, claim_token)
         return AwaitingHuman()
     if close is not None:
-        store.cancel_open_frames(exchange, reason=f"closed by a human: {close}"[:500], principal=env.principal,
+        store.frames.cancel_open(exchange, reason=f"closed by a human: {close}"[:500], principal=env.principal,
                                  then=env.calls_canceled)
         closed = Canceled(reason=close[:500], cause=CancelCause.CLOSED_BY_HUMAN)
-        store.settle(exchange, closed, principal=env.principal)
+        store.exchanges.settle(exchange, closed, principal=env.principal)
         return closed
     if exchange.status == ExchangeStatus.PARKED:
-        if not store.reopen(exchange, principal=env.principal, reason="answered", token=claim_token):
+        if not store.exchanges.reopen(exchange, principal=env.principal, reason="answered", token=claim_token):
             raise HarnessError(f"exchange {exchange.pk} could not be reopened", code="claim_refused")
         exchange.status = ExchangeStatus.OPEN
     ended = cascade(env, exchange, root, token)
@@ -160,11 +160,11 @@ def _stop(env: LoopEnv, exchange: Exchange, reason: str) -> RunOutcome:
     store = env.store
     if exchange.status == ExchangeStatus.SETTLED:  # the root's round settled it already
         return outcome_from_receipt(exchange.outcome, exchange.receipt)
-    store.cancel_open_frames(exchange, reason=reason, principal=env.principal, then=env.calls_canceled)
-    store.cancel_calls(store.calls_in(exchange.pk, *WAITING, ToolCallStatus.RUNNING), reason=reason,
-                       principal=env.principal, then=env.calls_canceled)
+    store.frames.cancel_open(exchange, reason=reason, principal=env.principal, then=env.calls_canceled)
+    store.calls.cancel_calls(store.calls.calls_in(exchange.pk, *WAITING, ToolCallStatus.RUNNING), reason=reason,
+                             principal=env.principal, then=env.calls_canceled)
     stopped = Canceled(reason)
-    store.settle(exchange, stopped, principal=env.principal)
+    store.exchanges.settle(exchange, stopped, principal=env.principal)
     return stopped
 
 
@@ -175,9 +175,9 @@ def recover_exchange(env: LoopEnv, exchange_id: int, *, claim_token: str) -> Exc
     holds it (nothing to do).
     """
     store = env.store
-    if not store.claim_for_recovery(exchange_id, claim_token, principal=env.principal):
+    if not store.exchanges.claim_for_recovery(exchange_id, claim_token, principal=env.principal):
         return None
-    return _continue_parked(env, store.exchange(exchange_id), claim_token=claim_token)
+    return _continue_parked(env, store.exchanges.get(exchange_id), claim_token=claim_token)
 
 
 def repair_dangling(env: LoopEnv, exchange: Exchange, *, reason: str) -> int:
@@ -190,10 +190,10 @@ def repair_dangling(env: LoopEnv, exchange: Exchange, *, reason: str) -> int:
     Returns the number of calls repaired.
     """
     store = env.store
-    dangling = store.calls_in(exchange.pk, *UNFINISHED)
+    dangling = store.calls.calls_in(exchange.pk, *UNFINISHED)
     for call in dangling:
-        store.record_result(call, status=ToolCallStatus.INTERRUPTED, content=INTERRUPTED_RESULT, is_error=True,
-                            truncated=False, principal=env.principal, narrative=call.frame.narrative)
+        store.calls.record_result(call, status=ToolCallStatus.INTERRUPTED, content=INTERRUPTED_RESULT, is_error=True,
+                                  truncated=False, principal=env.principal, narrative=call.frame.narrative)
     if exchange.status != ExchangeStatus.BROKEN:  # a recorded break keeps its own code
-        store.mark_broken(exchange, code="worker_lost", message=reason, principal=env.principal)
+        store.exchanges.mark_broken(exchange, code="worker_lost", message=reason, principal=env.principal)
     return len(dangling)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loop.outcomes import Completed, TurnCapReached
+from loop.outcomes import AwaitingHuman, Canceled, Completed, TurnCapReached
 from loop.providers.base import AssembledTurn
 
 
@@ -28,6 +28,16 @@ class ToolRound:
 
 
 Step = Answer | CapReached | ToolRound
+
+
+@dataclass(frozen=True, slots=True)
+class RunAgain:
+    """A tool round ran to its end with nothing waiting: the frame's loop takes its next model turn."""
+
+
+# What a tool round ends in: the next model turn, the round's waiting calls parked (or kept for one
+# park of the tree), or a stop that ended the frame.
+RoundEnd = RunAgain | AwaitingHuman | Canceled
 
 
 def classify_turn(assembled: AssembledTurn, *, turn: int, max_turns: int) -> Step:

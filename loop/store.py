@@ -1,8 +1,11 @@
 """The durable store (SPEC L4, L5): sessions, frames, tool calls, events, exchanges and receipts.
 
-:class:`Store` is composed of small collaborators over one :class:`~loop.journal.Journal` (the
-injected audit sink, clock and bus): :class:`~loop.store_exchanges.ExchangeLog` for exchanges and
-:class:`~loop.store_calls.CallLog` for tool calls. Every query lives in :mod:`loop.sql`. Every
+:class:`Store` is composed of small parts over one :class:`~loop.journal.Journal` (the injected
+audit sink, clock and bus), each reached by one name: ``store.exchanges``
+(:class:`~loop.store_exchanges.ExchangeLog`), ``store.calls`` (:class:`~loop.store_calls.CallLog`),
+``store.frames`` (:class:`~loop.store_frames.FrameLog`), ``store.compactions``
+(:class:`~loop.store_compaction.CompactionLog`) and ``store.work`` (:class:`~loop.store_work.WorkLog`).
+Every query lives in :mod:`loop.sql`. Every
 method that changes state is one transaction that also appends its audit row; viewers are woken
 only after commit. Narrative rows are append-only and exactly-once by idempotency key.
 
@@ -36,65 +39,26 @@ from loop.store_work import WorkLog
 
 
 class Store:
-    """The kernel's one door to the database. Its operations belong to its collaborators and are
-    exposed here under their own names, so callers hold one object."""
+    """The kernel's one door to the database, in parts: ``store.exchanges``, ``store.calls``,
+    ``store.frames``, ``store.compactions`` and ``store.work`` own their rows' writes and reads;
+    sessions, free-standing rows, replay and the scratchpad are methods here."""
 
     def __init__(
         self, *, audit: AuditSink, clock: Clock, bus: EventBus, payload_cap: int = PAYLOAD_CAP_BYTES,
         lease_seconds: float = DEFAULT_LEASE_SECONDS, fence: tuple[int, str] | None = None,
     ) -> None:
         self.journal = Journal(audit=audit, clock=clock, bus=bus, payload_cap=payload_cap, fence=fence)
+        # Tool calls: planned → running → a result, or → awaiting_human and on.
         self.calls = CallLog(self.journal)
+        # Exchanges: admission → claim → (park → reopen)* → settle | mark_broken.
         self.exchanges = ExchangeLog(self.journal, self.calls, lease_seconds=lease_seconds)
+        # Child frames (delegates): open → (turns) → close, or finish with the last message end.
         self.frames = FrameLog(self.journal, self.calls)
+        # Compactions (SPEC L14): the window they start, the episode's count and latch, the commit.
+        self.compactions = CompactionLog(self.journal)
+        # The outbox: work recorded with the need, handed out until done.
         self.work = WorkLog(self.journal)
         self.lease_seconds = lease_seconds
-        self.compactions = CompactionLog(self.journal)
-        # Exchanges: admission → claim → (park → reopen)* → settle | mark_broken.
-        self.admit = self.exchanges.admit
-        self.claim = self.exchanges.claim
-        self.claim_for_recovery = self.exchanges.claim_for_recovery
-        self.renew = self.exchanges.renew
-        self.release = self.exchanges.release
-        self.needing_recovery = self.exchanges.needing_recovery
-        self.stranded = self.exchanges.stranded
-        self.active_exchange = self.exchanges.active
-        self.reopen = self.exchanges.reopen
-        self.root_frame = self.exchanges.root_frame
-        self.exchange = self.exchanges.get
-        self.find_exchange = self.exchanges.find
-        self.request_cancel = self.exchanges.request_cancel
-        self.cancel_requested = self.exchanges.cancel_requested
-        self.record_message_end = self.exchanges.record_message_end
-        self.finish_turn = self.exchanges.finish_turn
-        self.park = self.exchanges.park
-        self.settle = self.exchanges.settle
-        self.mark_broken = self.exchanges.mark_broken
-        # Tool calls: planned → running → a result, or → awaiting_human and on.
-        self.record_intent = self.calls.record_intent
-        self.record_result = self.calls.record_result
-        self.cancel_calls = self.calls.cancel_calls
-        self.take_awaiting = self.calls.take_awaiting
-        self.awaiting_calls = self.calls.awaiting_calls
-        self.calls_in = self.calls.calls_in
-        self.call = self.calls.call
-        # Child frames (delegates): open → (turns) → close, or finish with the last message end.
-        self.open_frame = self.frames.open
-        self.close_frame = self.frames.close
-        self.finish_child_turn = self.frames.finish
-        self.frame_turns = self.frames.turns
-        # Compactions (SPEC L14): the window they start, the episode's count and latch, the commit.
-        self.replay_window = self.compactions.replay_window
-        self.compaction_episode = self.compactions.episode
-        self.commit_compaction = self.compactions.commit
-        self.stop_at_quota = self.compactions.stop_at_quota
-        self.end_child = self.frames.end_child
-        self.cancel_open_frames = self.frames.cancel_open
-        self.open_children = self.frames.open_children
-        self.child_frame_of = self.frames.child_of
-        self.frame = self.frames.get
-        self.frame_rows = self.frames.rows_of
-        self.frame_ancestors = self.frames.ancestors
 
     @property
     def payload_cap(self) -> int:

@@ -45,6 +45,7 @@ class ExchangeLog:
     def __init__(self, journal: Journal, calls: CallLog, *, lease_seconds: float = DEFAULT_LEASE_SECONDS) -> None:
         self.journal = journal
         self.calls = calls
+        self.lease_seconds = lease_seconds
         self.lease = timedelta(seconds=lease_seconds)
 
     def _lease_until(self) -> datetime:
@@ -180,6 +181,11 @@ class ExchangeLog:
 
     def cancel_requested(self, exchange_id: int) -> bool:
         return rows.cancel_requested(exchange_id)
+
+    def release_thread(self) -> None:
+        """A watcher thread that polled these rows ends: close its connections (the stop watcher's
+        source is this part: ``cancel_requested``, ``renew``, ``lease_seconds``)."""
+        sql.release_thread()
 
     # --- parking --------------------------------------------------------------------------------------
 

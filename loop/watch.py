@@ -49,7 +49,7 @@ class DriveSource(Protocol):
 
 
 class StopWatcher:
-    """``with StopWatcher(store, exchange_id, token, interval, claim=...):`` while driving.
+    """``with StopWatcher(store.exchanges, exchange_id, token, interval, claim=...):`` while driving.
 
     It survives an infrastructure failure of the store (:mod:`loop.tools.infra`): it backs off up
     to ``BACKOFF_MAX_SECONDS`` and polls (and renews) again. Any other failure fires the token.

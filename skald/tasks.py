@@ -37,7 +37,7 @@ def run_kernel_turn(exchange_id: int) -> str:
 def recover_turn(session_id: int) -> str:
     """Continue what was interrupted in a session, without a new message (SPEC R3): a websocket
     connect, an async result, a wake-up or the sweep. Nothing happens when a live driver holds it."""
-    exchange = kernel_store().active_exchange(session_id)
+    exchange = kernel_store().exchanges.active(session_id)
     if exchange is None:
         return "nothing active"
     return _recover(Exchange.objects.select_related("session").get(pk=exchange.pk))
@@ -127,7 +127,7 @@ def sweep() -> dict[str, int]:
     due = work_due()
     for work_id in due:
         enqueue_now("skald.tasks.run_work", work_id)
-    stranded = kernel_store().needing_recovery(unclaimed_for=settings.SKALD_LEASE_SECONDS)
+    stranded = kernel_store().exchanges.needing_recovery(unclaimed_for=settings.SKALD_LEASE_SECONDS)
     for exchange_id in stranded:
         enqueue_now("skald.tasks.recover_exchange_task", exchange_id)
     lagging = runs_out_of_step()

@@ -117,7 +117,7 @@ def run_cycle(env: CycleEnv, exchange: Exchange, state: EpisodeState, *, authori
     if plan is None:
         return Cycle("idle", view)
     if not state.loaded:
-        episode = env.store.compaction_episode(exchange.pk, narrative=env.narrative)
+        episode = env.store.compactions.episode(exchange.pk, narrative=env.narrative)
         state.loaded, state.compactions, state.latched = True, episode.compactions, episode.latched
     if state.latched:
         return Cycle("latched", view)
@@ -151,7 +151,7 @@ def run_cycle(env: CycleEnv, exchange: Exchange, state: EpisodeState, *, authori
     manifest = build_manifest(plan, summary_tokens=count_tokens(summary), cleared=transcript.cleared,
                               episode_index=state.compactions + 1)
     failpoint("loop.compaction.before_row")
-    commit = env.store.commit_compaction(
+    commit = env.store.compactions.commit(
         exchange=exchange, narrative=env.narrative, summary=summary, manifest=manifest,
         report={**report.as_payload(), "guard": env.detector.fingerprint},  # the rule set the rows were screened by
         usage=(assembled.input_tokens or 0, assembled.output_tokens or 0),

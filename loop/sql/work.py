@@ -32,7 +32,3 @@ def done(key: str, now: datetime) -> bool:
 def due(now: datetime, limit: int) -> list[int]:
     return list(Work.objects.filter(done_at__isnull=True, due_at__lte=now).order_by("due_at")
                 .values_list("pk", flat=True)[:limit])
-
-
-def pending_for(key_prefix: str) -> list[Work]:
-    return list(Work.objects.filter(key__startswith=key_prefix, done_at__isnull=True).order_by("id"))

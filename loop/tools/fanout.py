@@ -2,8 +2,9 @@
 
 Per call: journal ``control:tool_intent`` → look up (unknown = loud refusal) → gate → validate →
 execute → truncate → record ``tool_result`` + ``control:tool_done``. A round whose calls are all
-``concurrency_safe`` runs concurrently, bounded by ``max_parallel_calls``: ids in call order →
-concurrent execution → recording in call order. A mixed round runs sequentially.
+``concurrency_safe`` runs concurrently (:func:`runs_concurrently`), bounded by
+``max_parallel_calls``: prepared in call order → concurrent execution → recorded in call order. A
+mixed round runs sequentially.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from loop.cancellation import CancelToken
 from loop.errors import ToolError
 from loop.failpoints import failpoint
 from loop.models import ToolCall, ToolCallStatus
-from loop.ports import Gate, GateCall, GateVerdict, Tool, ToolContext, TurnScope
+from loop.parking import ParkEntry
+from loop.ports import CallingFrame, Gate, GateCall, GateVerdict, Tool, ToolContext, TurnScope
 from loop.store import ParsedCall, Store
 from loop.tools.execute import ToolOutcome, execute_tool
 from loop.tools.registry import ToolRegistry
@@ -30,9 +32,9 @@ from loop.tripwires import Detector
 class RoundResult:
     parked: list[tuple[ToolCall, GateCall, GateVerdict]] = field(default_factory=list)
     handoffs: list[tuple[ToolCall, str]] = field(default_factory=list)
-    # Calls a child frame parked below one of this round's delegates (call, park callback, question);
-    # the delegate's own call stays running until its child resumes and ends.
-    nested: list[tuple[ToolCall, Any, str]] = field(default_factory=list)
+    # Calls a child frame parked below one of this round's delegates; the delegate's own call stays
+    # running until its child resumes and ends.
+    nested: list[ParkEntry] = field(default_factory=list)
     canceled: bool = False
     executed: int = 0
 
@@ -47,7 +49,7 @@ class RoundEnv:
     principal: str
     narrative: str = ""
     detector: Detector | None = None  # credential tripwires for tool output; the vendored set when None
-    link: Any = None  # the calling frame (a loop.frame_link.FrameLink), handed to delegates
+    link: CallingFrame | None = None  # the calling frame (a loop.frame_link.FrameLink), handed to delegates
 
 
 def gate_call(call: ToolCall) -> GateCall:
@@ -68,17 +70,23 @@ def _settle(env: RoundEnv, call: ToolCall, outcome: ToolOutcome, result: RoundRe
 
 
 def _record(env: RoundEnv, call: ToolCall, outcome: ToolOutcome) -> None:
-    env.store.record_result(call, status=outcome.status, content=outcome.content, is_error=outcome.is_error,
-                            truncated=outcome.truncated, principal=env.principal, narrative=env.narrative,
-                            withheld=outcome.withheld, subagent=outcome.subagent)
+    env.store.calls.record_result(call, status=outcome.status, content=outcome.content, is_error=outcome.is_error,
+                                  truncated=outcome.truncated, principal=env.principal, narrative=env.narrative,
+                                  withheld=outcome.withheld, subagent=outcome.subagent)
     failpoint("loop.after_tool_result")
+
+
+def runs_concurrently(tools: Sequence[Tool | None]) -> bool:
+    """The concurrency-safety rule: a round's calls run concurrently only when there are several
+    and every one is a known ``concurrency_safe`` tool; any other round runs them one by one."""
+    return len(tools) > 1 and all(tool is not None and tool.concurrency_safe for tool in tools)
 
 
 def journal_upfront(tools: ToolRegistry, names: Sequence[str]) -> int:
     """How many of a round's calls may journal their intent with the message end: all of a
-    concurrent round (phase 1 journals them all before anything runs), else the first one."""
+    concurrent round (it journals them all before anything runs), else the first one."""
     found = [tools.get(name) for name in names]
-    if len(found) > 1 and all(t is not None and t.concurrency_safe for t in found):
+    if runs_concurrently(found):
         return len(found)
     return 1 if found else 0
 
@@ -88,7 +96,7 @@ def _prepare(
 ) -> Tool | None:
     """Intent, look-up, gate and validation. Returns the tool when the call may execute now."""
     if call.status != ToolCallStatus.RUNNING:  # the first calls were journaled with the message end
-        env.store.record_intent(call, principal=env.principal, narrative=env.narrative)
+        env.store.calls.record_intent(call, principal=env.principal, narrative=env.narrative)
     failpoint("loop.after_intent")
     tool = env.tools.get(call.tool)
     if tool is None:
@@ -113,16 +121,18 @@ def _prepare(
     return tool
 
 
-def _context(env: RoundEnv, call: ToolCall, tool: Tool, token: CancelToken) -> ToolContext:
+def _execute(env: RoundEnv, call: ToolCall, tool: Tool, arguments: Mapping[str, Any], cancel: CancelToken
+             ) -> ToolOutcome:
     # A tool may declare its own timeout (None: none at all, as a delegate does).
     timeout = getattr(tool, "timeout", env.bounds.tool_timeout)
-    return ToolContext(scope=env.scope, call_key=call.call_key, cancel=token, timeout=timeout, call_id=call.pk,
-                       frame=env.link)
+    context = ToolContext(scope=env.scope, call_key=call.call_key, cancel=cancel.child(), timeout=timeout,
+                          call_id=call.pk, frame=env.link)
+    return execute_tool(tool, arguments, context, output_cap=env.bounds.tool_output_cap, detector=env.detector)
 
 
 def _cancel_rest(env: RoundEnv, calls: Sequence[tuple[ToolCall, ParsedCall]], reason: str) -> None:
-    env.store.cancel_calls([call for call, _parsed in calls], reason=reason, principal=env.principal,
-                           narrative=env.narrative)
+    env.store.calls.cancel_calls([call for call, _parsed in calls], reason=reason, principal=env.principal,
+                                 narrative=env.narrative)
 
 
 def run_round(
@@ -132,47 +142,35 @@ def run_round(
     *,
     skip_gate_for: frozenset[int] = frozenset(),
 ) -> RoundResult:
+    """Run a round's calls through the pipeline, in call order; a stop seen before a call cancels
+    it and the rest. A sequential round executes each call as soon as it is prepared; a concurrent
+    one (:func:`runs_concurrently`) prepares them all, executes them together (at most
+    ``max_parallel_calls`` at once) and records them in call order."""
     result = RoundResult()
-    tools = [env.tools.get(call.tool) for call, _ in calls]
-    parallel = len(calls) > 1 and all(t is not None and t.concurrency_safe for t in tools)
-    if not parallel:
-        for position, (call, parsed) in enumerate(calls):
-            if cancel.cancelled:  # checked before each tool call
-                _cancel_rest(env, calls[position:], cancel.reason)
-                result.canceled = True
-                return result
-            tool = _prepare(env, call, parsed, result, skip_gate=call.pk in skip_gate_for)
-            if tool is None:
-                continue
-            outcome = execute_tool(tool, parsed.arguments or {}, _context(env, call, tool, cancel.child()),
-                                   output_cap=env.bounds.tool_output_cap, detector=env.detector)
-            _settle(env, call, outcome, result)
-        result.canceled = cancel.cancelled
-        return result
-
-    # Phase 1: intents, gate and validation in call order.
-    runnable: list[tuple[int, ToolCall, Tool, Mapping[str, Any]]] = []
+    concurrent = runs_concurrently([env.tools.get(call.tool) for call, _ in calls])
+    ready: list[tuple[ToolCall, Tool, Mapping[str, Any]]] = []
     for position, (call, parsed) in enumerate(calls):
-        if cancel.cancelled:
+        if cancel.cancelled:  # checked before each tool call
             _cancel_rest(env, calls[position:], cancel.reason)
             result.canceled = True
             return result
         tool = _prepare(env, call, parsed, result, skip_gate=call.pk in skip_gate_for)
-        if tool is not None:
-            runnable.append((position, call, tool, parsed.arguments or {}))
-    # Phase 2: concurrent execution.
-    outcomes: dict[int, ToolOutcome] = {}
-    def run(item: tuple[int, ToolCall, Tool, Mapping[str, Any]]) -> tuple[int, ToolOutcome]:
-        position, call, tool, arguments = item
-        context = _context(env, call, tool, cancel.child())
-        return position, execute_tool(tool, arguments, context, output_cap=env.bounds.tool_output_cap,
-                                      detector=env.detector)
+        if tool is None:
+            continue
+        if concurrent:
+            ready.append((call, tool, parsed.arguments or {}))
+        else:
+            _settle(env, call, _execute(env, call, tool, parsed.arguments or {}, cancel), result)
+    if ready:
 
-    with ThreadPoolExecutor(max_workers=max(1, env.bounds.max_parallel_calls), thread_name_prefix="fanout") as pool:
-        for position, outcome in pool.map(run, runnable):
-            outcomes[position] = outcome
-    # Phase 3: record in call order.
-    for position, call, _tool, _args in runnable:
-        _settle(env, call, outcomes[position], result)
+        def execute(item: tuple[ToolCall, Tool, Mapping[str, Any]]) -> ToolOutcome:
+            call, tool, arguments = item
+            return _execute(env, call, tool, arguments, cancel)
+
+        with ThreadPoolExecutor(max_workers=max(1, env.bounds.max_parallel_calls),
+                                thread_name_prefix="fanout") as pool:
+            outcomes = list(pool.map(execute, ready))
+        for (call, _tool, _arguments), outcome in zip(ready, outcomes, strict=True):
+            _settle(env, call, outcome, result)
     result.canceled = cancel.cancelled
     return result

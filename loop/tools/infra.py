@@ -1,26 +1,20 @@
 """Which failures inside a tool are the infrastructure's, not the tool's.
 
-A tool whose database connection dropped, whose pool had no connection to give, or whose broker
-was unreachable did not fail in a way the model can reason about: the same call would succeed a
-minute later. Such an exception breaks the exchange with :class:`loop.errors.InfrastructureError`
-(the call stays ``running`` for recovery to resolve, SPEC R1) and never becomes a ``tool_result``.
+A tool whose database connection dropped or whose pool had no connection to give did not fail in a
+way the model can reason about: the same call would succeed a minute later. Such an exception
+breaks the exchange with :class:`loop.errors.InfrastructureError` (the call stays ``running`` for
+recovery to resolve, SPEC R1) and never becomes a ``tool_result``.
 Everything else a tool raises stays model-visible. Django's ``OperationalError`` (connection lost,
 server shutting down, pool timeout) and ``InterfaceError`` (connection already closed) are
 infrastructure; ``IntegrityError``, ``DataError`` and ``ProgrammingError`` are about the data or
-the code, so the model reads them. The composition layer registers its broker's errors.
+the code, so the model reads them.
 """
 
 from __future__ import annotations
 
 from django.db import InterfaceError, OperationalError
 
-_infrastructure: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
-
-
-def register_infrastructure_error(*types: type[BaseException]) -> None:
-    """Count these exception types (and subclasses) as infrastructure failures too."""
-    global _infrastructure
-    _infrastructure = tuple(dict.fromkeys((*_infrastructure, *types)))
+INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
 
 
 def is_infrastructure_error(exc: BaseException) -> bool:
@@ -28,7 +22,7 @@ def is_infrastructure_error(exc: BaseException) -> bool:
     seen = 0
     current: BaseException | None = exc
     while current is not None and seen < 8:
-        if isinstance(current, _infrastructure):
+        if isinstance(current, INFRASTRUCTURE_ERRORS):
             return True
         current, seen = current.__cause__, seen + 1
     return False

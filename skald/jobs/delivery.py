@@ -83,17 +83,18 @@ def _deliver_task(run: JobRun) -> str:
                 content=f"[async task #{job.pk} {run.status}] {job.agent}: {job.task[:300]}",
             )
             failpoint("delegation.before_delivery")  # a kill here must leave nothing behind
-            frame = env.store.root_frame(exchange)
+            frame = env.store.exchanges.root_frame(exchange)
             arguments = json.dumps({"job": job.pk, "run": run.number, "status": run.status})
             turn = AssembledTurn(text="", tool_calls=[ToolCallRequest(id=f"job{job.pk}", name=TASK_COMPLETED,
                                                                       arguments=arguments)],
                                  input_tokens=0, output_tokens=0, finish_reason="tool_calls")
             # Turn 0: the synthetic turn, before the parent's first model turn of this exchange.
-            (call, _parsed), = env.store.record_message_end(exchange=exchange, frame=frame, turn=0, assembled=turn,
-                                                            principal=env.principal, spent_tokens=0, journal=1)
-            env.store.record_result(call, status=ToolCallStatus.COMPLETED, is_error=False, truncated=False,
-                                    content=withhold_credentials(result_text(job, locked), what="task output"),
-                                    principal=env.principal)
+            (call, _parsed), = env.store.exchanges.record_message_end(exchange=exchange, frame=frame, turn=0,
+                                                                      assembled=turn, principal=env.principal,
+                                                                      spent_tokens=0, journal=1)
+            env.store.calls.record_result(call, status=ToolCallStatus.COMPLETED, is_error=False, truncated=False,
+                                          content=withhold_credentials(result_text(job, locked), what="task output"),
+                                          principal=env.principal)
             locked.delivered_at, locked.delivery_exchange = clock.now(), exchange
             locked.save(update_fields=["delivered_at", "delivery_exchange"])
             audit_append(actor=TASKS_ACTOR, kind=AuditKind.JOB_DELIVERED, subject_type="job", subject_id=job.pk,
@@ -101,7 +102,7 @@ def _deliver_task(run: JobRun) -> str:
                                   "exchange": exchange.pk, "call": call.call_key})
             announce(job, locked)
             if run.status == RunEnding.CANCELLED:
-                env.store.settle(exchange, Canceled("task cancelled"), principal=env.principal)
+                env.store.exchanges.settle(exchange, Canceled("task cancelled"), principal=env.principal)
             else:
                 enqueue_on_commit("skald.tasks.run_kernel_turn", exchange.pk)
     except AdmissionRefused:  # busy or awaiting a human: its next settle (or the sweep) delivers

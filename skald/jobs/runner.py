@@ -90,7 +90,7 @@ def run_job(job_id: int) -> str:
                                      author=f"agent:{job.scope_extras.get('gate_agent') or 'cron'}")
         JobRun.objects.filter(pk=run.pk).update(exchange=exchange)  # a link for the admin, not a state change
         if ScheduledJob.objects.filter(pk=job.pk, cancel_requested_at__isnull=False).exists():
-            env.store.request_cancel(exchange.pk, principal=env.principal)  # cancelled before it was admitted
+            env.store.exchanges.request_cancel(exchange.pk, principal=env.principal)  # cancelled before it was admitted
         result = drive_exchange(env, exchange, claim_token=new_token())
     except Exception as exc:
         logger.exception("job %s run %s crashed", job.pk, run.number)

@@ -221,7 +221,7 @@ def job_cancel(*, job_id: int, principal: str) -> ScheduledJob:
         active = Exchange.objects.filter(session_id=job.child_session_id or 0,
                                          request_key=job_request_key(job, 1)).first()
         if active is not None:
-            store.request_cancel(active.pk, principal=principal)
+            store.exchanges.request_cancel(active.pk, principal=principal)
     return job
 
 

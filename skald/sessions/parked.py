@@ -18,7 +18,7 @@ def stop_unheld(exchange: Exchange, *, principal: str) -> None:
     store = kernel_store()
     with transaction.atomic():
         # A child that parked the tree closes first: its spawning call gets its one result.
-        store.cancel_open_frames(exchange, reason="stop requested", principal=principal, then=notify_calls_cancelled)
-        waiting = store.calls_in(exchange.pk, *UNSETTLED)
-        store.cancel_calls(waiting, reason="stop requested", principal=principal, then=notify_calls_cancelled)
-        store.settle(exchange, Canceled("stop requested"), principal=principal)
+        store.frames.cancel_open(exchange, reason="stop requested", principal=principal, then=notify_calls_cancelled)
+        waiting = store.calls.calls_in(exchange.pk, *UNSETTLED)
+        store.calls.cancel_calls(waiting, reason="stop requested", principal=principal, then=notify_calls_cancelled)
+        store.exchanges.settle(exchange, Canceled("stop requested"), principal=principal)

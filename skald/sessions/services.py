@@ -158,15 +158,15 @@ def session_stop(*, user: AbstractBaseUser, session: Session) -> Exchange | None
     one transaction with its waiting calls and their pending approvals."""
     job_cancel_for_session(session_id=session.pk, principal=f"user:{user.pk}")  # its async tasks too
     store = kernel_store()
-    active = store.active_exchange(session.pk)
+    active = store.exchanges.active(session.pk)
     if active is None:
         return None
     principal = f"user:{user.pk}"
-    store.request_cancel(active.pk, principal=principal)
+    store.exchanges.request_cancel(active.pk, principal=principal)
     with transaction.atomic():
-        if store.claim_for_recovery(active.pk, new_token(), principal=principal, reason="stop"):
-            stop_unheld(store.exchange(active.pk), principal=principal)
-    return store.exchange(active.pk)
+        if store.exchanges.claim_for_recovery(active.pk, new_token(), principal=principal, reason="stop"):
+            stop_unheld(store.exchanges.get(active.pk), principal=principal)
+    return store.exchanges.get(active.pk)
 
 
 def session_wake(*, session: Session) -> bool:
@@ -174,8 +174,8 @@ def session_wake(*, session: Session) -> bool:
     live driver, schedule ``recover_turn`` so it continues without anyone sending a message.
     Returns whether it scheduled one."""
     store = kernel_store()
-    active = store.active_exchange(session.pk)
-    if active is None or not store.stranded(active.pk, unclaimed_for=settings.SKALD_LEASE_SECONDS):
+    active = store.exchanges.active(session.pk)
+    if active is None or not store.exchanges.stranded(active.pk, unclaimed_for=settings.SKALD_LEASE_SECONDS):
         return False
     with transaction.atomic():
         work_on_commit("skald.tasks.recover_turn", session.pk, key=f"recover:e{active.pk}:{new_token()[:12]}")

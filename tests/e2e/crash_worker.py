@@ -150,7 +150,7 @@ def _recover(workdir: Path, *, require: bool, timeout: float) -> dict[str, Any]:
     started = time.monotonic()
     deadline = started + timeout
     while time.monotonic() < deadline:
-        stranded = store.needing_recovery(unclaimed_for=settings.SKALD_LEASE_SECONDS)
+        stranded = store.exchanges.needing_recovery(unclaimed_for=settings.SKALD_LEASE_SECONDS)
         for exchange_id in stranded:
             recover_exchange(env, exchange_id, claim_token=new_token())
         if not Exchange.objects.filter(status=ExchangeStatus.OPEN).exists() and not stranded:

@@ -68,7 +68,7 @@ def test_the_watcher_outlives_a_terminated_backend_and_still_sees_the_stop(make_
     wait_until(lambda: StopWatcher.transient_errors > errors_before, "the watcher met the terminated backend")
 
     exchange = Exchange.objects.get(session=session)
-    assert store.request_cancel(exchange.pk, principal="user:1")
+    assert store.exchanges.request_cancel(exchange.pk, principal="user:1")
     worker.join(60)
 
     assert not worker.is_alive()

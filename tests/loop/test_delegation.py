@@ -263,7 +263,7 @@ def test_a_stop_during_a_grandchilds_provider_call_cancels_the_whole_tree(make_e
     worker.start()
     assert entered.wait(20)
     exchange = Exchange.objects.get(session=session)
-    kernel_store().request_cancel(exchange.pk, principal="user:1")
+    kernel_store().exchanges.request_cancel(exchange.pk, principal="user:1")
     assert done.wait(20)
     worker.join()
 

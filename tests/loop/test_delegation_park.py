@@ -142,8 +142,8 @@ def test_a_restart_while_parked_loses_nothing(make_env, session, store, clock):
     result, scripts = parked_child(make_env, deploy, gate)
     call = ToolCall.objects.select_related("frame").get(tool="deploy")
     # A resolver took the approval and died before running the call.
-    assert store.claim_for_recovery(result.exchange_id, "dead-resolver", principal="user:1")
-    assert store.take_awaiting(call, to_status=ToolCallStatus.APPROVED, principal="user:1")
+    assert store.exchanges.claim_for_recovery(result.exchange_id, "dead-resolver", principal="user:1")
+    assert store.calls.take_awaiting(call, to_status=ToolCallStatus.APPROVED, principal="user:1")
     clock.advance(LEASE + 1)
 
     env, _ = world(make_env, scripts, {"kid": agent("kid", "deploy")}, deploy.tool, gate=gate)
@@ -200,7 +200,7 @@ def test_a_child_that_parks_again_keeps_the_tree_parked(make_env, session):
 def test_a_stop_while_a_child_is_parked_closes_the_tree(make_env, session, store):
     deploy, gate = Effects("deploy"), ScriptedGate(require={"deploy"})
     result, scripts = parked_child(make_env, deploy, gate)
-    store.request_cancel(result.exchange_id, principal="user:1")
+    store.exchanges.request_cancel(result.exchange_id, principal="user:1")
 
     env, provider = world(make_env, scripts, {"kid": agent("kid", "deploy")}, deploy.tool, gate=gate)
     stopped = recover_exchange(env, result.exchange_id, claim_token="stopper")
@@ -218,17 +218,18 @@ def crashed_child(make_env, store, scripts, agents, *tools, gate=None, kid_calls
     """The rows a worker leaves when it dies inside a child's round: the root's delegate call is
     running, the child's frame is open, the child's message end is recorded (and the first intent)."""
     env, _ = world(make_env, scripts, agents, *tools, gate=gate)
-    exchange = store.admit(session_id=env.scope.session_id, request_key="crashed", content="go",
-                           principal=env.principal, config={}, claim_token="dead-worker").exchange
-    root = store.root_frame(exchange)
-    ((delegate, _),) = store.record_message_end(
+    exchange = store.exchanges.admit(session_id=env.scope.session_id, request_key="crashed", content="go",
+                                     principal=env.principal, config={}, claim_token="dead-worker").exchange
+    root = store.exchanges.root_frame(exchange)
+    ((delegate, _),) = store.exchanges.record_message_end(
         exchange=exchange, frame=root, turn=1, principal=env.principal, spent_tokens=0, journal=1,
         assembled=fold_deltas(tool_turn(("delegate", {"agent": "kid", "task": "work for kid"}))))
-    kid = store.open_frame(exchange=exchange, parent=root, parent_call_id=delegate.pk, agent="kid",
-                           narrative=f"child:kid:c{delegate.pk}:", task="work for kid", selection={},
-                           tools=list(agents["kid"].tools), principal=env.principal)
-    planned = store.record_message_end(exchange=exchange, frame=kid, turn=1, principal=env.principal,
-                                       spent_tokens=0, journal=1, assembled=fold_deltas(tool_turn(*kid_calls)))
+    kid = store.frames.open(exchange=exchange, parent=root, parent_call_id=delegate.pk, agent="kid",
+                            narrative=f"child:kid:c{delegate.pk}:", task="work for kid", selection={},
+                            tools=list(agents["kid"].tools), principal=env.principal)
+    planned = store.exchanges.record_message_end(exchange=exchange, frame=kid, turn=1, principal=env.principal,
+                                                 spent_tokens=0, journal=1,
+                                                 assembled=fold_deltas(tool_turn(*kid_calls)))
     return exchange, kid, [call for call, _ in planned]
 
 
@@ -273,10 +274,10 @@ def test_a_finished_child_whose_result_never_reached_its_parent_is_unwedged_with
     scripts = {"": delegating("kid"), "kid": call_then_answer(("echo", {"text": "x"}), prefix="kid")}
     agents = {"kid": agent("kid", "echo")}
     exchange, kid, (running,) = crashed_child(make_env, store, scripts, agents, kid_calls=(("echo", {"text": "x"}),))
-    store.record_result(running, status=ToolCallStatus.COMPLETED, content="echo: x", is_error=False,
-                        truncated=False, principal="user:1", narrative=kid.narrative)
-    store.finish_child_turn(exchange=exchange, frame=kid, turn=2, assembled=fold_deltas(text_turn("kid found x")),
-                            principal="user:1", spent_tokens=0, outcome="completed")  # then the worker died
+    store.calls.record_result(running, status=ToolCallStatus.COMPLETED, content="echo: x", is_error=False,
+                              truncated=False, principal="user:1", narrative=kid.narrative)
+    store.frames.finish(exchange=exchange, frame=kid, turn=2, assembled=fold_deltas(text_turn("kid found x")),
+                        principal="user:1", spent_tokens=0, outcome="completed")  # then the worker died
     clock.advance(LEASE + 1)
 
     env, provider = world(make_env, scripts, agents)
@@ -294,17 +295,17 @@ def test_an_interrupted_parallel_batch_is_reaped_and_the_parent_goes_on(make_env
                "left": call_then_answer(("echo", {"text": "l"})), "right": call_then_answer(("echo", {"text": "r"}))}
     agents = {"left": agent("left", "echo"), "right": agent("right", "echo")}
     env, _ = world(make_env, scripts, agents)
-    exchange = store.admit(session_id=env.scope.session_id, request_key="batch", content="go",
-                           principal=env.principal, config={}, claim_token="dead-worker").exchange
-    root = store.root_frame(exchange)
-    calls = store.record_message_end(
+    exchange = store.exchanges.admit(session_id=env.scope.session_id, request_key="batch", content="go",
+                                     principal=env.principal, config={}, claim_token="dead-worker").exchange
+    root = store.exchanges.root_frame(exchange)
+    calls = store.exchanges.record_message_end(
         exchange=exchange, frame=root, turn=1, principal=env.principal, spent_tokens=0, journal=2,
         assembled=fold_deltas(tool_turn(("delegate", {"agent": "left", "task": "l"}),
                                         ("delegate", {"agent": "right", "task": "r"}))))
     for (call, _), name in zip(calls, ("left", "right"), strict=True):
-        store.open_frame(exchange=exchange, parent=root, parent_call_id=call.pk, agent=name,
-                         narrative=f"child:{name}:c{call.pk}:", task=name, selection={}, tools=["echo"],
-                         principal=env.principal)
+        store.frames.open(exchange=exchange, parent=root, parent_call_id=call.pk, agent=name,
+                          narrative=f"child:{name}:c{call.pk}:", task=name, selection={}, tools=["echo"],
+                          principal=env.principal)
     clock.advance(LEASE + 1)
 
     env, provider = world(make_env, scripts, agents)
@@ -332,7 +333,7 @@ def test_a_stop_during_a_resumed_childs_call_cancels_the_tree(make_env, session,
                           bounds=Bounds(tool_timeout=60))
     worker, box = approve_in_thread(env, call)
     assert held.entered.wait(10)
-    store.request_cancel(parked.exchange_id, principal="user:1")
+    store.exchanges.request_cancel(parked.exchange_id, principal="user:1")
     worker.join(15)
 
     assert isinstance(box["result"].outcome, Canceled)

@@ -160,7 +160,7 @@ def test_a_stop_from_another_process_cancels_the_in_flight_provider_call(make_en
     env = make_env(provider, cancel_poll_interval=0.05)
     worker, box = in_thread(lambda: run_turns_keyed(env, request_key="k", content="x"))
     assert provider.streaming.wait(10)
-    assert store.request_cancel(Exchange.objects.get(session=session).pk, principal="user:1")
+    assert store.exchanges.request_cancel(Exchange.objects.get(session=session).pk, principal="user:1")
     worker.join(15)
     assert isinstance(box["r"].outcome, Canceled)
     assert kinds(session)[-2:] == [EventKind.CANCELED, EventKind.EXCHANGE_SETTLED]
@@ -174,7 +174,7 @@ def test_a_stop_during_a_tool_round_dispatches_no_further_tool(make_env, session
     env = make_env(provider, tools=tools, cancel_poll_interval=0.05)
     worker, box = in_thread(lambda: run_turns_keyed(env, request_key="k", content="x"))
     assert held.entered.wait(10)
-    store.request_cancel(Exchange.objects.get(session=session).pk, principal="user:1")
+    store.exchanges.request_cancel(Exchange.objects.get(session=session).pk, principal="user:1")
     worker.join(15)
     assert isinstance(box["r"].outcome, Canceled)
     assert held.log == ["enter a", "exit a"]
@@ -288,7 +288,7 @@ def test_a_driver_renews_its_lease_while_a_long_tool_runs(make_env, session, aud
     watcher = threading.Thread(target=watch)
     watcher.start()
     watcher.join(15)
-    short.request_cancel(Exchange.objects.get(session=session).pk, principal="user:1")
+    short.exchanges.request_cancel(Exchange.objects.get(session=session).pk, principal="user:1")
     worker.join(15)
     assert renewed.is_set()  # the claim stayed alive while the tool ran
     assert isinstance(box["r"].outcome, Canceled)

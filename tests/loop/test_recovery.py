@@ -34,12 +34,12 @@ LEASE = 30.0
 
 def crashed_mid_round(env, *calls, claim: str = "dead-worker", journal: int = 1):
     """An exchange whose worker died after the message end (and the first call's intent)."""
-    exchange = env.store.admit(session_id=env.scope.session_id, request_key="crashed", content="go",
-                               principal=env.principal, config={}, claim_token=claim).exchange
-    frame = env.store.root_frame(exchange)
-    planned = env.store.record_message_end(exchange=exchange, frame=frame, turn=1,
-                                           assembled=fold_deltas(tool_turn(*calls)), principal=env.principal,
-                                           spent_tokens=0, journal=journal)
+    exchange = env.store.exchanges.admit(session_id=env.scope.session_id, request_key="crashed", content="go",
+                                         principal=env.principal, config={}, claim_token=claim).exchange
+    frame = env.store.exchanges.root_frame(exchange)
+    planned = env.store.exchanges.record_message_end(exchange=exchange, frame=frame, turn=1,
+                                                     assembled=fold_deltas(tool_turn(*calls)), principal=env.principal,
+                                                     spent_tokens=0, journal=journal)
     return exchange, [call for call, _ in planned]
 
 
@@ -55,10 +55,10 @@ def test_a_renewed_lease_stays_with_its_driver(make_env, store, clock):
     env = make_env(LoopbackProvider([text_turn("never")]))
     exchange, _ = crashed_mid_round(env, ("echo", {"text": "x"}), claim="alive")
     clock.advance(LEASE - 1)
-    assert store.renew(exchange.pk, "alive")
+    assert store.exchanges.renew(exchange.pk, "alive")
     clock.advance(LEASE - 1)
-    assert not store.claim_for_recovery(exchange.pk, "rescuer", principal="system:test")
-    assert not store.renew(exchange.pk, "someone-else")
+    assert not store.exchanges.claim_for_recovery(exchange.pk, "rescuer", principal="system:test")
+    assert not store.exchanges.renew(exchange.pk, "someone-else")
 
 
 def test_a_lapsed_lease_is_recovered_and_a_rerun_call_is_regated_and_run_again(make_env, clock):
@@ -140,8 +140,8 @@ def test_a_crash_after_the_approval_was_taken_is_finished_with_the_gate_skipped(
     parked = run_turns_keyed(env, request_key="k", content="deploy")
     call = ToolCall.objects.select_related("frame").get(exchange_id=parked.exchange_id)
     # The resolver took the answer (claim + take) and died before the call's result.
-    assert store.claim_for_recovery(parked.exchange_id, "dead-resolver", principal="user:1")
-    assert store.take_awaiting(call, to_status=ToolCallStatus.APPROVED, principal="user:1")
+    assert store.exchanges.claim_for_recovery(parked.exchange_id, "dead-resolver", principal="user:1")
+    assert store.calls.take_awaiting(call, to_status=ToolCallStatus.APPROVED, principal="user:1")
     clock.advance(LEASE + 1)
     checked_before = len(gate.checked)
 
@@ -170,7 +170,7 @@ def test_a_second_resolver_waits_while_another_holds_the_exchange(make_env, stor
                    gate=ScriptedGate(require={"echo", "nap"}))
     parked = run_turns_keyed(env, request_key="k", content="x")
     _first, second = ToolCall.objects.select_related("frame").filter(exchange_id=parked.exchange_id).order_by("index")
-    assert store.claim_for_recovery(parked.exchange_id, "first-resolver", principal="user:1")
+    assert store.exchanges.claim_for_recovery(parked.exchange_id, "first-resolver", principal="user:1")
     with pytest.raises(ResolverBusy):
         resolve_pending(env, second, resolution="approve", reason="", claim_token="second-resolver")
     assert ToolCall.objects.get(pk=second.pk).status == ToolCallStatus.AWAITING_HUMAN
@@ -186,7 +186,7 @@ def test_a_stop_reaches_an_approved_call_and_the_receipt_covers_every_event(make
     call = ToolCall.objects.select_related("frame").get(exchange_id=parked.exchange_id, tool="hold")
     worker, box = approve_in_thread(env, call)
     assert held.entered.wait(10)
-    assert store.request_cancel(parked.exchange_id, principal="user:1")
+    assert store.exchanges.request_cancel(parked.exchange_id, principal="user:1")
     worker.join(15)
 
     assert isinstance(box["result"].outcome, Canceled)
@@ -201,8 +201,8 @@ def test_a_stop_reaches_an_approved_call_and_the_receipt_covers_every_event(make
 
 def test_an_unclaimed_exchange_whose_task_was_lost_is_driven_by_recovery(make_env, store):
     env = make_env(LoopbackProvider([text_turn("hello")]))
-    exchange = store.admit(session_id=env.scope.session_id, request_key="lost", content="hi",
-                           principal=env.principal, config={}).exchange
+    exchange = store.exchanges.admit(session_id=env.scope.session_id, request_key="lost", content="hi",
+                                     principal=env.principal, config={}).exchange
     assert exchange.claim_token == ""
     result = recover_exchange(env, exchange.pk, claim_token="sweeper")
     assert result.outcome == Completed(answer="hello")
@@ -227,8 +227,8 @@ def test_a_driver_whose_lease_was_taken_over_cannot_write(make_env, session, sto
 
     tools = ToolRegistry([FunctionTool("stall", "Stall.", {"type": "object"}, stall)])
     stalled_env = make_env(LoopbackProvider([tool_turn(("stall", {})), text_turn("stalled answer")]), tools=tools)
-    exchange = store.admit(session_id=session.pk, request_key="fenced", content="go", principal="user:1",
-                           config={}, claim_token="stalled").exchange
+    exchange = store.exchanges.admit(session_id=session.pk, request_key="fenced", content="go", principal="user:1",
+                                     config={}, claim_token="stalled").exchange
     box: dict[str, Any] = {}
 
     def stalled_driver() -> None:
@@ -245,7 +245,8 @@ def test_a_driver_whose_lease_was_taken_over_cannot_write(make_env, session, sto
     worker.start()
     assert entered.wait(10)
     clock.advance(LEASE + 1)
-    assert store.claim_for_recovery(exchange.pk, "rescuer", principal="user:1")  # the lease lapsed: taken over
+    # The lease lapsed: taken over.
+    assert store.exchanges.claim_for_recovery(exchange.pk, "rescuer", principal="user:1")
     release.set()
     worker.join(15)
 

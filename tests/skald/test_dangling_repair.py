@@ -33,11 +33,12 @@ def test_a_message_after_a_worker_died_mid_call_repairs_the_dangling_call_first(
 
         env = build_env(session)
         exchange, _ = admit_exchange(env, request_key="crashed", content="look", claim_token="dead-worker")
-        frame = env.store.root_frame(exchange)
+        frame = env.store.exchanges.root_frame(exchange)
         from loop.providers.base import fold_deltas
 
-        env.store.record_message_end(exchange=exchange, frame=frame, turn=1, assembled=fold_deltas(crash.turns[0]),
-                                     principal=env.principal, spent_tokens=0, journal=1)
+        env.store.exchanges.record_message_end(exchange=exchange, frame=frame, turn=1,
+                                               assembled=fold_deltas(crash.turns[0]), principal=env.principal,
+                                               spent_tokens=0, journal=1)
         Exchange.objects.filter(pk=exchange.pk).update(claimed_at=clock.now() - timedelta(hours=2))
         assert ToolCall.objects.get().status == ToolCallStatus.RUNNING
 

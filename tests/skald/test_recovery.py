@@ -41,11 +41,11 @@ def lapse(exchange_id: int) -> None:
 
 def crashed_mid_call(session: Any, *calls: tuple[str, dict[str, Any]]) -> Exchange:
     env = build_env(session)
-    exchange = env.store.admit(session_id=session.pk, request_key="crashed", content="look",
-                               principal=env.principal, config={}, claim_token="dead-worker").exchange
-    env.store.record_message_end(exchange=exchange, frame=env.store.root_frame(exchange), turn=1,
-                                 assembled=fold_deltas(tool_turn(*calls)), principal=env.principal,
-                                 spent_tokens=0, journal=1)
+    exchange = env.store.exchanges.admit(session_id=session.pk, request_key="crashed", content="look",
+                                         principal=env.principal, config={}, claim_token="dead-worker").exchange
+    env.store.exchanges.record_message_end(exchange=exchange, frame=env.store.exchanges.root_frame(exchange), turn=1,
+                                           assembled=fold_deltas(tool_turn(*calls)), principal=env.principal,
+                                           spent_tokens=0, journal=1)
     lapse(exchange.pk)
     return exchange
 

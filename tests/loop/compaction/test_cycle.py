@@ -148,7 +148,7 @@ def test_a_retried_commit_writes_nothing_new(make_env, session, store):
                                      payload__compaction_seq=row.seq)
     exchange = Exchange.objects.get(pk=row.exchange_id)
     count = SessionEvent.objects.filter(session=session).count()
-    again = store.commit_compaction(
+    again = store.compactions.commit(
         exchange=exchange, narrative="", summary=row.payload["summary"], manifest=row.payload["manifest"],
         report={k: v for k, v in probe.payload.items() if k != "compaction_seq"}, usage=(1, 1), spent_tokens=0,
         accounting_incomplete=False, principal="agent:helper")
