@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from loop.errors import HarnessError
 from loop.tripwires import Detector, default_detector
+from loop.tripwires.reveal import revealed_views
 
 __all__ = ["CredentialTripwire", "find_tripwires", "withheld_notice", "withhold_credentials"]
 
@@ -23,13 +24,21 @@ class CredentialTripwire(HarnessError):
 
 
 def find_tripwires(text: str, detector: Detector | None = None) -> list[str]:
-    """The credential kinds present in ``text`` (such as ``github-pat``), never the values.
+    """The credential kinds present in ``text`` (such as ``github-pat``), never the values: in the
+    raw text and in what a provider would read of it (JSON strings decoded, zero-width characters
+    removed; see :mod:`loop.tripwires.reveal`).
 
     Args:
         text: Any text bound for a provider.
         detector: The rule set to apply; the vendored default when None.
     """
-    return (detector or default_detector()).kinds(text)
+    active = detector or default_detector()
+    kinds = active.kinds(text)
+    # What the provider reads may differ from the raw text: decoded JSON strings, zero-width
+    # characters removed (loop.tripwires.reveal).
+    for view in revealed_views(text):
+        kinds += [kind for kind in active.kinds(view) if kind not in kinds]
+    return kinds
 
 
 def withhold_credentials(text: str, *, what: str = "content", detector: Detector | None = None) -> str:
