@@ -30,6 +30,7 @@ from django.urls import Resolver404, resolve
 from skald.core.api.exceptions import error_body
 from skald.core.api.input_checks import json_loads_checked, text_check
 from skald.core.errors import SkaldError
+from skald.core.saturation import busy_body, busy_headers, saturation_of
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,9 @@ class RequestGuardMiddleware:
         """A non-DRF view under the API prefixes that raises still answers the JSON body."""
         if not request.path.startswith(self.prefixes):
             return None
+        busy = saturation_of(exception)  # a saturated resource or a lost database: 503 + Retry-After
+        if busy is not None:
+            return JsonResponse(busy_body(busy), status=busy.http_status, headers=busy_headers(busy))
         if isinstance(exception, SkaldError):
             return refusal(exception.http_status, exception.code, exception.message, **exception.extra)
         logger.exception("unhandled error on %s", request.path, exc_info=exception)
