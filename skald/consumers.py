@@ -14,12 +14,12 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser
 
 from approvals.pending.services import pending_approval_resolve
 from skald.core.errors import SkaldError
+from skald.core.websocket import RefusingConsumer
 from skald.identity.revocation import user_group
 from skald.identity.tokens import token_is_current
 from skald.loop_adapters.bus import session_group
@@ -56,10 +56,12 @@ def _still_admitted(user: Any) -> bool:
     return fresh is not None and may_use_sessions(fresh)
 
 
-class SessionConsumer(AsyncJsonWebsocketConsumer):
-    """Close codes before accept: 4400 malformed ``after``, 4401 no valid credential, 4403 no role,
-    4404 no such session for this user. After accept: 1011 the stream failed (reconnect with
-    ``after=``); 4401 the user's tokens were revoked (sign-out, deactivation, last role removed)."""
+class SessionConsumer(RefusingConsumer):
+    """Refusals (accepted, then closed at once with the code, :mod:`skald.core.websocket`): 4400
+    malformed ``after``, 4401 no valid credential, 4403 no role, 4404 no such session for this user.
+    Later: 1011 the stream failed (reconnect with ``after=``); 4401 the user's tokens were revoked
+    (sign-out, deactivation, last role removed). The socket acts only on its own session: an
+    ``approval.resolve`` for another session's call is refused (``approval_not_found``)."""
 
     RECHECK_POLLS = 10  # besides the revocation message, the user is rechecked every ~5 s
 
@@ -70,24 +72,24 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         if token:
             user = await _jwt_user(token)
         if user is None or not user.is_authenticated:
-            await self.close(code=4401)
+            await self.refuse(4401)
             return
         if not await database_sync_to_async(may_use_sessions)(user):
-            await self.close(code=4403)
+            await self.refuse(4403)
             return
         try:
             after = int((query.get("after") or ["0"])[0])
             if after >= 2**63:
                 raise ValueError("after is beyond any sequence")
         except ValueError:
-            await self.close(code=4400)
+            await self.refuse(4400)
             return
         try:
             self.session = await database_sync_to_async(session_for)(
                 user=user, session_id=int(self.scope["url_route"]["kwargs"]["session_id"]), action=SessionAction.READ
             )
         except SkaldError:
-            await self.close(code=4404)
+            await self.refuse(4404)
             return
         self.user = user
         self.last_seq = max(0, after)
@@ -171,7 +173,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         try:
             approval = await database_sync_to_async(pending_approval_resolve)(
                 resolver=self.user, request_id=content.get("request_id"), decision=str(content.get("decision")),
-                reason=str(content.get("reason") or ""),
+                reason=str(content.get("reason") or ""), session_id=self.session.pk,
             )
         except SkaldError as exc:
             await self.send_json({"type": "error", "code": exc.code, "message": exc.message,

@@ -24,8 +24,11 @@ from skald.loop_adapters.work import work_on_commit
 Decision = Literal["approve", "reject"]
 
 
-def _approval_for_update(*, request_id: Any = None, tool_call_id: int | None = None) -> PendingApproval:
+def _approval_for_update(*, request_id: Any = None, tool_call_id: int | None = None,
+                         session_id: int | None = None) -> PendingApproval:
     query = PendingApproval.objects.select_for_update()
+    if session_id is not None:  # asked from one session's socket: another session's call is not there
+        query = query.filter(session_id=session_id)
     try:
         if request_id is not None:
             return query.get(request_id=request_id)
@@ -41,10 +44,12 @@ def pending_approval_resolve(
     reason: str = "",
     request_id: Any = None,
     tool_call_id: int | None = None,
+    session_id: int | None = None,
 ) -> PendingApproval:
     """Resolve one parked call by request id or by tool-call id (the owning session comes from the
     call's own row). Re-validates everything before anything runs; single-use; schedules the
-    continuation on commit. Raises SkaldError with a stable code."""
+    continuation on commit. With ``session_id`` (a session's websocket), only that session's calls
+    are found. Raises SkaldError with a stable code."""
     if decision not in ("approve", "reject"):
         raise SkaldError("decision must be 'approve' or 'reject'", code="invalid", http_status=400,
                          fields={"decision": ["must be approve or reject"]})
@@ -52,7 +57,7 @@ def pending_approval_resolve(
         raise Forbidden("Only approvers resolve approvals.", code="permission_denied")
     expired_now = False
     with transaction.atomic():
-        approval = _approval_for_update(request_id=request_id, tool_call_id=tool_call_id)
+        approval = _approval_for_update(request_id=request_id, tool_call_id=tool_call_id, session_id=session_id)
         if approval.status == ApprovalStatus.EXPIRED:
             raise SkaldError("This approval has expired.", code="approval_expired", http_status=410)
         if approval.status != ApprovalStatus.PENDING:

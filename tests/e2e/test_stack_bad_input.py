@@ -4,15 +4,20 @@ launcher records and exports a signed audit chain head when it stops (issue 11).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+from websockets.typing import Origin
 
 from skald.core.child_env import hermetic_env
 from tests.e2e import attack
@@ -100,6 +105,59 @@ def test_the_launcher_exports_a_signed_chain_head_at_stop_that_verify_chain_chec
     assert done.returncode == 0, done.stderr
     assert f"checked against head seq {exported['seq']} (signed, " in done.stdout
     assert str(stack.var_dir / "chain_head.json") in done.stdout
+
+
+def test_a_blanked_head_signature_in_the_database_or_the_file_fails_verify_chain(launch_stack, tmp_path):
+    """Issue 28 §4 on the real stack's own database and head file: with the key the launcher
+    generated, a head whose signature was blanked fails verification, naming the head."""
+    stack = launch_stack()
+    stack.stop()
+    exported = json.loads((stack.var_dir / "chain_head.json").read_text())
+    env = hermetic_env(SKALD_VAR_DIR=str(stack.var_dir), SKALD_CHAIN_HEAD_FILE=str(stack.var_dir / "chain_head.json"))
+
+    def verify(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "manage.py", "verify_chain", *args], cwd=BASE_DIR, env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    nulled = tmp_path / "head.json"
+    nulled.write_text(json.dumps({**exported, "signature": None}))
+    done = verify("--head", str(nulled))
+    assert done.returncode == 1 and f"exported head #{exported['seq']} is unsigned" in done.stderr
+    with sqlite3.connect(stack.var_dir / "skald.sqlite3") as db:
+        db.execute("UPDATE audit_chainhead SET signature = '' WHERE seq = ?", [exported["seq"]])
+    done = verify()
+    assert done.returncode == 1 and f"recorded head #{exported['seq']} is unsigned" in done.stderr
+
+
+@pytest.mark.parametrize(("query", "code"), [
+    ("after=0", 4401),  # no credential
+    ("after=0&token=not-a-jwt", 4401),
+    ("after=x&token={token}", 4400),  # a malformed cursor
+])
+def test_websocket_refusals_arrive_as_their_documented_close_codes(stack, query, code):
+    """Issue 28 §7 through daphne: a refusal is accepted, then closed with its code (the client can
+    tell the cases apart), never an HTTP 403 handshake."""
+    session = stack.api("operator").create_session()
+    token = stack.token("operator")
+    url = f"{stack.ws_url}/ws/sessions/{session['id']}/?{query.format(token=token)}"
+    assert asyncio.run(_closed_with(stack, url)) == code
+
+
+def test_a_websocket_for_someone_elses_or_no_session_closes_4404(stack):
+    token = stack.token("reviewer")
+    other = stack.api("operator").create_session()  # a reviewer may not read an operator's session
+    for session_id in (other["id"], 10**9):
+        url = f"{stack.ws_url}/ws/sessions/{session_id}/?after=0&token={token}"
+        assert asyncio.run(_closed_with(stack, url)) == 4404
+
+
+async def _closed_with(stack: Stack, url: str) -> int | None:
+    async with connect(url, origin=Origin(stack.base_url)) as ws:  # the handshake succeeds
+        try:
+            while True:
+                await asyncio.wait_for(ws.recv(), 30.0)  # a hang guard, not a time assertion
+        except ConnectionClosed as closed:
+            return closed.rcvd.code if closed.rcvd else None
 
 
 # --- the attacker's battery, on both profiles ------------------------------------------------------------

@@ -19,6 +19,7 @@ from skald.asgi import application
 from skald.sessions import services
 from tests.conftest import make_user
 from tests.skald.test_access_model import CALLERS, CONVERSING, READ_ANY, STOP_ANY
+from tests.skald.ws import refusal
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -52,17 +53,17 @@ def connect(session_id: int, user: User | None) -> WebsocketCommunicator:
 async def test_connect_and_stop_follow_the_access_table(caller, whose):
     user, session_id, exchange_id = await setup_world(caller, whose)
     comm = connect(session_id, user)
-    connected, code = await comm.connect()
     own = whose == "own"
     if caller == "anonymous":
-        assert (connected, code) == (False, 4401)
+        assert await refusal(comm) == 4401
         return
     if caller == "charlie":
-        assert (connected, code) == (False, 4403)
+        assert await refusal(comm) == 4403
         return
     if not (own or caller in READ_ANY):
-        assert (connected, code) == (False, 4404)
+        assert await refusal(comm) == 4404
         return
+    connected, _ = await comm.connect()
     assert connected
     await comm.send_json_to({"type": "stop"})
     while True:  # stored events stream first; the answer to the frame follows them
@@ -80,14 +81,14 @@ async def test_connect_and_stop_follow_the_access_table(caller, whose):
 
 async def test_a_session_id_beyond_64_bits_is_4404_not_a_crash():
     user, _, _ = await setup_world("alice", "own")
-    assert await connect(2**63, user).connect() == (False, 4404)
-    assert await connect(2**70, user).connect() == (False, 4404)
+    assert await refusal(connect(2**63, user)) == 4404
+    assert await refusal(connect(2**70, user)) == 4404
 
 
 async def test_an_after_cursor_beyond_64_bits_is_4400():
     user, session_id, _ = await setup_world("alice", "own")
     comm = WebsocketCommunicator(application, f"/ws/sessions/{session_id}/?after={2**64}&token="
                                  f"{AccessToken.for_user(user)}", headers=[ORIGIN])
-    assert await comm.connect() == (False, 4400)
+    assert await refusal(comm) == 4400
 
 

@@ -21,6 +21,7 @@ from audit.kinds import AuditKind
 from audit.services import audit_append
 from skald.asgi import application
 from skald.loop_adapters.store import kernel_store
+from tests.skald.ws import refusal
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -122,8 +123,7 @@ async def test_it_refuses_whoever_may_not_follow_the_topics(request: pytest.Fixt
                                                              topics: str, code: int) -> None:
     user = await sync_to_async(request.getfixturevalue)(who) if who else None
     ws = await socket(topics, user)
-    connected, closed_with = await ws.connect()
-    assert not connected and closed_with == code
+    assert await refusal(ws) == code
 
 
 async def test_the_console_hears_a_new_session_and_nothing_of_its_turns(bob: User) -> None:

@@ -27,6 +27,7 @@ from skald.asgi import application
 from skald.loop_adapters.translate import translate_event
 from skald.sessions import services
 from tests.conftest import make_user
+from tests.skald.ws import refusal
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -120,28 +121,28 @@ async def test_it_refuses_a_foreign_or_missing_origin(alice, session):
 
 
 async def test_it_refuses_a_missing_or_invalid_token(alice, session):
-    missing = await communicator(session.pk).connect()
-    forged = await WebsocketCommunicator(application, f"/ws/sessions/{session.pk}/?token=not-a-jwt",
-                                         headers=[ORIGIN]).connect()
-    assert missing == (False, 4401) and forged == (False, 4401)
+    missing = await refusal(communicator(session.pk))
+    forged = await refusal(WebsocketCommunicator(application, f"/ws/sessions/{session.pk}/?token=not-a-jwt",
+                                                 headers=[ORIGIN]))
+    assert missing == 4401 and forged == 4401
 
 
 async def test_it_refuses_a_malformed_cursor(alice, session):
     comm = WebsocketCommunicator(application, f"/ws/sessions/{session.pk}/?after=x&token={token_for(alice)}",
                                  headers=[ORIGIN])
-    assert await comm.connect() == (False, 4400)
+    assert await refusal(comm) == 4400
 
 
 async def test_it_refuses_someone_elses_session_and_an_unknown_one(alice, bob, session):
-    assert await communicator(session.pk, user=bob).connect() == (False, 4404)
-    assert await communicator(session.pk + 1000, user=alice).connect() == (False, 4404)
+    assert await refusal(communicator(session.pk, user=bob)) == 4404
+    assert await refusal(communicator(session.pk + 1000, user=alice)) == 4404
 
 
 async def test_it_refuses_a_user_without_a_role_even_on_their_own_session(alice):
     charlie = await sync_to_async(make_user)("charlie")
     await sync_to_async(seed_agents)()
     own = await sync_to_async(services.session_create)(user=charlie)
-    assert await communicator(own.pk, user=charlie).connect() == (False, 4403)
+    assert await refusal(communicator(own.pk, user=charlie)) == 4403
 
 
 async def test_it_accepts_a_logged_in_browser_session(alice, session):

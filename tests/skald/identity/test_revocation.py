@@ -21,6 +21,7 @@ from skald.asgi import application
 from skald.identity.tokens import RevocableJWTAuthentication
 from skald.sessions import services
 from tests.conftest import PASSWORD, make_user
+from tests.skald.ws import refusal
 
 ORIGIN = (b"origin", b"http://testserver")
 WAIT = 10
@@ -176,5 +177,4 @@ async def test_a_revoked_users_open_websockets_close(how: str, close_consumer_co
 
     refused = WebsocketCommunicator(application, f"/ws/sessions/{session.pk}/?after=0&token={pair['access']}",
                                     headers=[ORIGIN])
-    connected, code = await refused.connect(timeout=WAIT)
-    assert not connected and code == 4401
+    assert await refusal(refused, timeout=WAIT) == 4401
