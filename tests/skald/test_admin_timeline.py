@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from loop.models import SessionEvent
 from loop.events import EventKind
+from loop.models import SessionEvent
 from skald.admin.timeline import describe, receipt_rows, timeline_lines
 
 AT = datetime(2026, 12, 1, 9, 30, 5, tzinfo=UTC)
