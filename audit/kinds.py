@@ -27,6 +27,12 @@ class AuditKind(models.IntegerChoices):
     TOKENS_REVOKED = 136, "identity.tokens_revoked"
     ROLES_FROM_PROVIDER = 137, "identity.roles_from_provider"
     GROUP_MAPPING_CHANGED = 138, "identity.group_mapping_changed"
+    # 14x identity: user accounts (skald.identity.users, provider users)
+    USER_CREATED = 140, "identity.user_created"
+    USER_DEACTIVATED = 141, "identity.user_deactivated"
+    USER_REACTIVATED = 142, "identity.user_reactivated"
+    ROLES_SET = 143, "identity.roles_set"
+    USER_DELETED = 144, "identity.user_deleted"
     # 2xx loop
     SESSION_CREATED = 200, "loop.session.created"
     EXCHANGE_ADMITTED = 210, "loop.exchange.admitted"

@@ -59,31 +59,6 @@ def _read_tip(cursor: Any) -> _Tip:
     return int(row[0]), row[1], time.replace(tzinfo=UTC)
 
 
-class _TipMarker:
-    """The chain tip this transaction wrote, kept among the transaction's on-commit callbacks.
-
-    While the transaction holds the chain lock nobody else appends, so the next append in it can
-    start from here instead of reading the tip again. Django drops the callbacks of a rolled-back
-    savepoint or transaction, so a surviving marker never names a row that was undone.
-    """
-
-    __slots__ = ("hash", "seq", "time")
-
-    def __init__(self, seq: int, hash: str, time: datetime) -> None:
-        self.seq, self.hash, self.time = seq, hash, time
-
-    def __call__(self) -> None:  # runs at commit: nothing to do
-        return None
-
-
-def _tip_in_this_transaction() -> _Tip | None:
-    for entry in reversed(connection.run_on_commit):
-        callback = entry[1]  # (savepoint ids, callback, robust)
-        if isinstance(callback, _TipMarker):
-            return callback.seq, callback.hash, callback.time
-    return None
-
-
 def _now(not_before: datetime | None = None) -> datetime:
     """The clock in UTC, never earlier than ``not_before`` (the tip's time): a row's time never
     goes back along the chain, even when the wall clock steps back."""
@@ -170,11 +145,10 @@ def _linked_on_server(rows: list[dict[str, Any]]) -> tuple[str, list[Any]]:
 
 def _linked_here(rows: list[dict[str, Any]]) -> tuple[str, list[Any]]:
     """SQLite: link the rows to the tip in this process (the write lock is held since BEGIN)."""
-    tip = _tip_in_this_transaction()
-    if tip is None:
-        with connection.cursor() as cursor:
-            tip = _read_tip(cursor)
-    seq, prev_hash, time = tip
+    # Read on every append, even a second one in the same transaction: the read is one indexed row,
+    # and it is right after any savepoint rollback (a tip remembered from an undone append is not).
+    with connection.cursor() as cursor:
+        seq, prev_hash, time = _read_tip(cursor)
     params: list[Any] = []
     for fields in rows:
         seq += 1
@@ -185,8 +159,6 @@ def _linked_here(rows: list[dict[str, Any]]) -> tuple[str, list[Any]]:
                    fields["actor_id"], fields["kind"], fields["subject_type"], fields["subject_id"],
                    fields["payload"], fields["prev_hash"], fields["hash"]]
     assert time is not None  # rows is never empty
-    # Dropped with the transaction (or savepoint) if it rolls back, so it never names an undone row.
-    transaction.on_commit(_TipMarker(seq, prev_hash, time))
     values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
     return f"INSERT INTO audit_auditevent ({_COLUMNS}) VALUES {values}", params  # noqa: S608 - placeholders only
 

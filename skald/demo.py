@@ -13,6 +13,7 @@ from audit.kinds import AuditKind
 from audit.services import audit_append
 from skald.agents.seed import seed_agents
 from skald.cases.services import case_create
+from skald.identity.users import user_roles_set
 from skald.models import Case
 
 DEFAULT_DEMO_PASSWORD = "skald-demo"  # noqa: S105 - the documented demo login, printed by make run
@@ -62,7 +63,9 @@ def seed_demo(*, password: str | None) -> SeedReport:
                 user.save()
             if made:
                 created.append(username)
-            user.groups.add(*Group.objects.filter(name__in=roles))
+            # Roles only added (nothing revoked); through the service, so each grant is audited.
+            user_roles_set(actor=Actor.system("demo"), user=user,
+                           groups={*user.groups.all(), *Group.objects.filter(name__in=roles)})
         admin, made = User.objects.get_or_create(
             username="admin", defaults={"is_staff": True, "is_superuser": True}
         )

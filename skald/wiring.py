@@ -54,5 +54,5 @@ def install() -> None:
     sockets.tools_offered.append(_record_known)
     sockets.tripwire_rules = tripwire_rule_set
     metrics.register_collector(approval_metrics.collect)
-    identity_receivers.connect()  # sign-in audit and revocation (skald/identity)
+    identity_receivers.connect()  # sign-in audit and sign-out revocation (skald/identity)
     _installed = True

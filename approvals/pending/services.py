@@ -56,7 +56,7 @@ def pending_approval_resolve(
     if not has_role(resolver, Role.APPROVER):
         raise Forbidden("Only approvers resolve approvals.", code="permission_denied")
     expired_now = False
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         approval = _approval_for_update(request_id=request_id, tool_call_id=tool_call_id, session_id=session_id)
         if approval.status == ApprovalStatus.EXPIRED:
             raise SkaldError("This approval has expired.", code="approval_expired", http_status=410)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from django.db import transaction
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
@@ -152,6 +151,5 @@ class RunStop(APIView):
                    request=None, responses={202: RunSerializer, **error_responses(_404="run_not_found")})
     def post(self, request: Request, run_id: int) -> Response:
         run = selectors.run_get(user=caller(request), run_id=run_id)
-        with transaction.atomic():
-            run = run_services.run_stop(user=caller(request), run=run)
+        run = run_services.run_stop(user=caller(request), run=run)
         return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)

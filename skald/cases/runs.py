@@ -158,7 +158,7 @@ def _run_for_update(run_id: int) -> Run:
 def run_handoff_decide(*, user: AbstractBaseUser, run_id: int, decision: str, note: str) -> Run:
     """Answer a handoff: ``continue`` appends the note as the human's answer and resumes the run;
     ``close`` ends it as closed by a human. Wrong state → 409 ``run_state_conflict``."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         run = _run_for_update(run_id)
         if run.status != RunStatus.HANDOFF:
             raise Conflict(f"The run is {run.status}, not waiting on a handoff.", code="run_state_conflict",
@@ -190,7 +190,7 @@ def run_back_refer(*, user: AbstractBaseUser, run_id: int, note: str) -> Run:
 
 
 def _back_refer(*, user: AbstractBaseUser, run_id: int, note: str) -> Run:
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         run = _run_for_update(run_id)
         if run.status != RunStatus.COMPLETED:
             raise Conflict(f"Only a completed or closed run can be sent back; this one is {run.status}.",
@@ -210,8 +210,12 @@ def _back_refer(*, user: AbstractBaseUser, run_id: int, note: str) -> Run:
 
 
 def run_stop(*, user: AbstractBaseUser, run: Run) -> Run:
-    exchange = session_stop(user=user, session=run.session)
-    if exchange is not None:
-        run_sync_from_exchange(exchange.pk)
+    """Stop the run's session and bring the run in step, in one transaction: the stop request, the
+    cancelled async tasks, a parked exchange settled Canceled and the run's new status commit
+    together or not at all."""
+    with transaction.atomic(durable=True):
+        exchange = session_stop(user=user, session=run.session)
+        if exchange is not None:
+            run_sync_from_exchange(exchange.pk)
     run.refresh_from_db()
     return run

@@ -53,7 +53,7 @@ def case_save(*, actor: Actor, case: Case, created_by_id: int | None, changed: l
 
 
 def case_update(*, actor: Actor, case: Case, changes: dict[str, object]) -> Case:
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         for field, value in changes.items():
             setattr(case, field, value)
         case.save(update_fields=list(changes) or None)

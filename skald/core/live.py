@@ -10,6 +10,8 @@ Redis in production), so a call a worker parks reaches an approver's open queue 
 
 from __future__ import annotations
 
+import threading
+import weakref
 from typing import Any
 
 from django.db import transaction
@@ -45,11 +47,9 @@ def live_group(topic: str) -> str:
 
 
 class _Announcement:
-    """One topic's notice among the transaction's on-commit callbacks: the first row of a topic in
-    a transaction schedules it, later rows find it there (Django drops it with a rolled-back
-    savepoint, so a surviving notice never announces an undone change)."""
+    """One topic's notice, registered with ``transaction.on_commit``."""
 
-    __slots__ = ("kind", "topic")
+    __slots__ = ("__weakref__", "kind", "topic")
 
     def __init__(self, topic: str, kind: str) -> None:
         self.topic, self.kind = topic, kind
@@ -58,14 +58,36 @@ class _Announcement:
         group_send_soon(live_group(self.topic), {"type": MESSAGE_TYPE, "topic": self.topic, "kind": self.kind})
 
 
+# The notices this thread registered, per database alias and topic, held weakly: Django's list of
+# on-commit callbacks holds the only strong reference, so a notice is alive exactly while it is
+# still due (Django drops it when it runs, or with a rolled-back transaction or savepoint). No
+# reading of Django's private callback list.
+_registered = threading.local()
+
+
+def _pending(alias: str, topic: str) -> bool:
+    slots: dict[tuple[str, str], weakref.ref[_Announcement]] = getattr(_registered, "slots", {})
+    ref = slots.get((alias, topic))
+    return ref is not None and ref() is not None
+
+
+def _remember(alias: str, announcement: _Announcement) -> None:
+    if not hasattr(_registered, "slots"):
+        _registered.slots = {}
+    _registered.slots[(alias, announcement.topic)] = weakref.ref(announcement)
+
+
 def live_announce_on_commit(topic: str, *, kind: str) -> None:
     """Tell the pages showing ``topic`` that it changed, once the caller's transaction commits
-    (at once in autocommit). ``kind`` names what happened, for the page's own log."""
+    (at once in autocommit). ``kind`` names what happened, for the page's own log. The first change
+    of a topic in a transaction schedules the notice; later ones find it still due and add none."""
     if topic not in LIVE_TOPICS:
         raise ValueError(f"unknown live topic {topic!r}")
-    connection = transaction.get_connection()
-    for entry in connection.run_on_commit:  # (savepoint ids, callback, robust)
-        if isinstance(entry[1], _Announcement) and entry[1].topic == topic:
-            return
+    alias = transaction.get_connection().alias
+    if _pending(alias, topic):
+        return
+    announcement = _Announcement(topic, kind)
     # Robust: a notice that cannot be sent is logged, never raised into the service that committed.
-    transaction.on_commit(_Announcement(topic, kind), robust=True)
+    transaction.on_commit(announcement, robust=True)
+    if transaction.get_connection().in_atomic_block:  # in autocommit it has already been sent
+        _remember(alias, announcement)

@@ -50,7 +50,3 @@ def lockout_lift(*, actor: Actor, attempts: Iterable[AccessAttempt]) -> int:
             lifted += 1
     return lifted
 
-
-def lockout_lift_account(*, actor: Actor, username: str) -> int:
-    """Lift every counter held against ``username`` (and so against the addresses it failed from)."""
-    return lockout_lift(actor=actor, attempts=AccessAttempt.objects.filter(username=username))

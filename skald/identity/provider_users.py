@@ -13,10 +13,9 @@ from django.db import transaction
 from audit.actors import Actor
 from audit.kinds import AuditKind
 from audit.services import audit_append
-from skald.core.roles import Role
 from skald.identity.models import ProviderGroupMapping, ProviderIdentity
-
-ROLE_NAMES = frozenset(role.value for role in Role)
+from skald.identity.revocation import tokens_revoke
+from skald.identity.users import ROLE_NAMES, forget_cached_roles
 
 
 def provider_user_find(*, issuer: str, subject: str) -> Any | None:
@@ -35,13 +34,19 @@ def _free_username(wanted: str) -> str:
 
 
 def provider_user_create(*, issuer: str, subject: str, claims: dict[str, Any]) -> Any:
-    """A new user for a provider account: no usable password (it signs in through the provider)."""
+    """A new user for a provider account: no usable password (it signs in through the provider).
+
+    Audited (``identity.user_created``, actor ``system:identity-provider``) in the same transaction.
+    """
     with transaction.atomic():
         wanted = str(claims.get("preferred_username") or claims.get("email") or subject)
         user = get_user_model()(username=_free_username(wanted), email=str(claims.get("email") or ""))
         user.set_unusable_password()
         user.save()
         ProviderIdentity.objects.create(user=user, issuer=issuer, subject=subject)
+        audit_append(actor=Actor.system("identity-provider"), kind=AuditKind.USER_CREATED,
+                     subject_type="identity.account", subject_id=user.get_username()[:64],
+                     payload={"user_id": user.pk, "issuer": issuer, "subject": subject[:200]})
     return user
 
 
@@ -55,8 +60,9 @@ def provider_groups(claims: dict[str, Any], claim: str) -> list[str]:
 def provider_roles_apply(*, user: Any, groups: Iterable[str], method: str) -> bool:
     """Make ``user``'s roles (and mapped security groups) those the provider's ``groups`` map to.
 
-    Roles are added before any is removed, so a change of role never passes through "no role" (which
-    would revoke the user's tokens). Returns whether anything changed (then one audit row).
+    Roles are added before any is removed. A user who held a role and holds none afterwards has
+    every token revoked, in the same transaction. Returns whether anything changed (then one audit
+    row, before the revocation's).
     """
     groups = sorted(set(groups))
     mappings = list(ProviderGroupMapping.objects.filter(provider_group__in=groups))
@@ -91,8 +97,9 @@ def provider_roles_apply(*, user: Any, groups: Iterable[str], method: str) -> bo
                                   "roles": sorted(wanted_roles), "roles_added": roles_added,
                                   "roles_removed": roles_removed, "security_groups_added": sgs_added,
                                   "security_groups_removed": sgs_removed})
-    if hasattr(user, "_skald_roles"):
-        del user._skald_roles  # the cached role set of skald.core.roles.user_roles
+        if held_roles and not wanted_roles:
+            tokens_revoke(user=user, reason="last_role_removed", actor=Actor.system("identity-provider"))
+    forget_cached_roles(user)
     return changed
 
 

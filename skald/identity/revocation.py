@@ -1,7 +1,8 @@
 """Revocation: a user's tokens stop working at once and their websockets close.
 
-Triggered by signing out (admin/console logout, ``POST /api/auth/sign-out/``), deactivating the
-user, removing their last role, or deleting them (``skald.identity.receivers``). In one
+Triggered by signing out (admin/console logout, ``POST /api/auth/sign-out/``: the sign-out signal in
+``skald.identity.receivers``), and called by the services that deactivate a user or take their last
+role (``skald.identity.users``, ``skald.identity.provider_users``) inside their own transaction. In one
 transaction: the token version moves on (access tokens refused by ``tokens``), every outstanding
 refresh token is blacklisted (simplejwt's blacklist, checked on refresh), and the audit row. After
 commit the channel layer tells each of the user's websocket consumers, in any process, to close.

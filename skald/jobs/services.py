@@ -132,7 +132,7 @@ def _set_job_status(job: ScheduledJob, status: str) -> None:
 def job_run_start(*, job_id: int) -> JobRun | None:
     """Open the job's next run. A task job runs once: a second start (a redelivered queue message)
     gets None, as does a job cancelled before it started."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         job = ScheduledJob.objects.select_for_update().filter(pk=job_id).first()
         if job is None:
             return None
@@ -161,7 +161,7 @@ def job_run_finish(*, run_id: int, ending: Ending, output: str = "", exchange_id
 
     Returns None when the run had already ended (a second classifier changes nothing).
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         run = JobRun.objects.select_for_update().select_related("job").filter(pk=run_id).first()
         if run is None or run.status != RunEnding.RUNNING:
             return None

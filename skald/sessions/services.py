@@ -44,7 +44,7 @@ def session_create(
         raise SkaldError(str(exc), code="agent_unknown", http_status=400) from None
     if case_id is not None:
         _check_case(user=user, case_id=case_id)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         session = kernel_store().create_session(owner_id=user.pk, agent=name, source=source, title=title,
                                                 principal=f"user:{user.pk}")
         if case_id is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -33,6 +34,23 @@ from skald.models import Run, RunStatus
 WAIT_POLL_SECONDS = 0.1
 SETTLED_FOR_WAIT = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELED, RunStatus.AWAITING_HUMAN,
                     RunStatus.HANDOFF)
+
+
+@dataclass(frozen=True)
+class Launched:
+    """What the launch API hands the waiting view: the run and whether this request admitted it."""
+
+    run_id: int
+    created: bool
+
+
+@dataclass(frozen=True)
+class GdlAnswer:
+    """The final answer to a launch, as values: HTTP status, JSON body and the ``Location`` if any."""
+
+    status: int
+    body: Any
+    location: str | None = None
 
 
 class WorkflowCaller(BasePermission):
@@ -76,9 +94,8 @@ class GdlLaunchAPI(APIView):
         if len(key) > 100:
             raise SkaldError("Idempotency-Key must be at most 100 characters.", code="invalid")
         run, created = run_services.run_launch(user=caller(request), case_id=case_id, ticket=ticket, launch_key=key)
-        response = Response({"run": run.pk})
-        response.skald_run = (run.pk, created)  # type: ignore[attr-defined]
-        return response
+        # The data is a value for gdl_launch, which answers in its place; it is never rendered.
+        return Response(Launched(run_id=run.pk, created=created))
 
 
 _launch_api = GdlLaunchAPI.as_view()
@@ -91,21 +108,27 @@ def _render(response: HttpResponse) -> HttpResponse:
     return response
 
 
-def _final(run_id: int, created: bool) -> HttpResponse:
-    run = Run.objects.select_related("launched_by").get(pk=run_id)
-    data = RunSerializer(run).data
-    location = f"/api/runs/{run.pk}/"
-    if not created and run.status in (RunStatus.FAILED, RunStatus.CANCELED):
-        return _json(error_body("gdl_run_terminal", f"This launch already ended ({run.status}); nothing is "
-                                "replayed.", {"run": data}), 409)
-    if run.status == RunStatus.FAILED:
-        code = "gdl_provider_failed" if run.outcome == "provider_failed" else "gdl_run_failed"
-        return _json(error_body(code, "The run failed after admission; it is durably terminal.", {"run": data}),
-                     503 if code == "gdl_provider_failed" else 500)
-    if run.status in (RunStatus.COMPLETED, RunStatus.CANCELED):
-        return _json(data, 200)
-    response = _json(data, 202)
-    response["Location"] = location
+def gdl_answer(*, run: dict[str, Any], status: str, outcome: str | None, created: bool) -> GdlAnswer:
+    """The answer to a launch whose wait is over (pure): ``run`` is the serialised run."""
+    if not created and status in (RunStatus.FAILED, RunStatus.CANCELED):
+        return GdlAnswer(409, error_body("gdl_run_terminal", f"This launch already ended ({status}); nothing is "
+                                         "replayed.", {"run": run}))
+    if status == RunStatus.FAILED:
+        code = "gdl_provider_failed" if outcome == "provider_failed" else "gdl_run_failed"
+        return GdlAnswer(503 if code == "gdl_provider_failed" else 500,
+                         error_body(code, "The run failed after admission; it is durably terminal.", {"run": run}))
+    if status in (RunStatus.COMPLETED, RunStatus.CANCELED):
+        return GdlAnswer(200, run)
+    return GdlAnswer(202, run, location=f"/api/runs/{run['id']}/")
+
+
+def _final(launched: Launched) -> HttpResponse:
+    run = Run.objects.select_related("launched_by").get(pk=launched.run_id)
+    answer = gdl_answer(run=RunSerializer(run).data, status=run.status, outcome=run.outcome,
+                        created=launched.created)
+    response = _json(answer.body, answer.status)
+    if answer.location is not None:
+        response["Location"] = answer.location
     return response
 
 
@@ -125,19 +148,19 @@ async def gdl_launch(request: HttpRequest, case_id: int) -> HttpResponse:
     """
     started = time.monotonic()
     response = await sync_to_async(_launch_api)(request, case_id=case_id)
-    marker = getattr(response, "skald_run", None)
-    if marker is None:
+    launched = getattr(response, "data", None)
+    if not isinstance(launched, Launched):  # refused before or during the launch: DRF's own answer
         return await sync_to_async(_render)(response)
-    run_id, created = marker
     deadline = started + settings.SKALD_GDL_WAIT_SECONDS
     while time.monotonic() < deadline:
-        if await sync_to_async(_run_status)(run_id) in SETTLED_FOR_WAIT:
+        if await sync_to_async(_run_status)(launched.run_id) in SETTLED_FOR_WAIT:
             break
         await asyncio.sleep(WAIT_POLL_SECONDS)
-    return await sync_to_async(_final)(run_id, created)
+    return await sync_to_async(_final)(launched)
 
 
-# drf-spectacular documents the route through the APIView that does the work.
+# drf-spectacular documents a function view through these two attributes (the protocol DRF's own
+# @api_view follows): the route is documented by the APIView that does the work. Schema metadata only.
 gdl_launch.cls = GdlLaunchAPI  # type: ignore[attr-defined]
 gdl_launch.initkwargs = {}  # type: ignore[attr-defined]
 

@@ -20,8 +20,9 @@ from tests.e2e.stack import BASE_DIR, PASSWORD, Launch
 pytestmark = pytest.mark.e2e
 
 WAIT = 30.0  # a hang guard, not a time assertion
-DEACTIVATE = ("from django.contrib.auth.models import User; u = User.objects.get(username='operator'); "
-              "u.is_active = False; u.save()")
+DEACTIVATE = ("from django.contrib.auth.models import User; from audit.actors import Actor; "
+              "from skald.identity.users import user_deactivate; "
+              "user_deactivate(actor=Actor.system('manage'), user=User.objects.get(username='operator'))")
 
 
 def test_deactivating_a_user_from_another_process_closes_their_websocket_and_refuses_their_refresh(

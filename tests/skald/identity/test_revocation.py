@@ -10,15 +10,17 @@ import pytest
 import pytest_asyncio
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.db import connections
 from django.test import Client
 from rest_framework.test import APIClient, APIRequestFactory
 
+from audit.actors import Actor
 from loop.models import Session
 from skald.agents.seed import seed_agents
 from skald.asgi import application
 from skald.identity.tokens import RevocableJWTAuthentication
+from skald.identity.users import user_deactivate, user_roles_set
 from skald.sessions import services
 from tests.conftest import PASSWORD, make_user
 from tests.skald.ws import refusal
@@ -43,18 +45,20 @@ def call(pair: dict[str, str], path: str = "/api/sessions/") -> Any:
     return client.get(path)
 
 
+ADMIN = Actor.system("test-admin")
+
+
 def deactivate(user: User) -> None:
-    user.is_active = False
-    user.save()
+    user_deactivate(actor=ADMIN, user=user)
 
 
 def remove_role(user: User, role: str) -> None:
-    user.groups.remove(Group.objects.get(name=role))
+    user_roles_set(actor=ADMIN, user=user, groups=user.groups.exclude(name=role))
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("revoke", [deactivate, lambda user: user.groups.clear(),
-                                    lambda user: Group.objects.get(name="operator").user_set.remove(user)],
+@pytest.mark.parametrize("revoke", [deactivate, lambda user: user_roles_set(actor=ADMIN, user=user, groups=[]),
+                                    lambda user: remove_role(user, "operator")],
                          ids=["deactivated", "groups-cleared", "removed-from-the-role-side"])
 def test_a_revoked_users_refresh_and_access_tokens_stop_at_once(revoke: Callable[[User], None]) -> None:
     erin = make_user("erin", "operator")
