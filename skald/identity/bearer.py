@@ -1,4 +1,5 @@
-"""API bearer tokens from the identity provider, validated against its JWKS (PyJWT's ``PyJWKClient``).
+"""API bearer tokens from the identity provider, validated against its key set (PyJWT; the keys fetched
+through the guarded client, :class:`ProviderKeys`).
 
 A bearer token whose (unverified) ``iss`` is not the configured issuer is left to the next
 authentication class (Skald's own JWTs), which refuses anything it did not sign. A token that
@@ -10,6 +11,7 @@ claims the issuer must then verify: signature by a key of the provider's JWKS, i
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import jwt
@@ -18,7 +20,7 @@ from rest_framework.authentication import BaseAuthentication, get_authorization_
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
-from skald.identity.oidc_config import OidcConfig, discovery, oidc_config
+from skald.identity.oidc_config import OidcConfig, OidcProfileError, discovery, oidc_config, provider_get_json
 from skald.identity.provider_users import (
     provider_groups,
     provider_roles_apply,
@@ -27,22 +29,56 @@ from skald.identity.provider_users import (
 )
 
 ALGORITHMS = ["RS256", "RS384", "RS512", "ES256", "ES384", "PS256"]
-_clients: dict[str, jwt.PyJWKClient] = {}
+
+
+class ProviderKeys:
+    """The provider's signing keys, fetched through the guarded client (never urllib), kept for five
+    minutes and fetched again at once when a token names a key id the set does not hold (rotation)."""
+
+    LIFESPAN = 300.0
+
+    def __init__(self, uri: str, config: OidcConfig) -> None:
+        self.uri, self.config = uri, config
+        self._keys: jwt.PyJWKSet | None = None
+        self._fetched = 0.0
+        self._lock = threading.Lock()
+
+    def signing_key(self, token: str) -> jwt.PyJWK:
+        """The key that signed ``token``. Raises ``jwt.PyJWTError`` (``PyJWKClientError``) when none."""
+        kid = jwt.get_unverified_header(token).get("kid")
+        for refresh in (False, True):
+            for key in self._key_set(refresh=refresh).keys:
+                if kid is None or key.key_id == kid:
+                    return key
+        raise jwt.PyJWKClientError(f"the provider's key set has no key {kid!r}")
+
+    def _key_set(self, *, refresh: bool) -> jwt.PyJWKSet:
+        with self._lock:
+            if refresh or self._keys is None or time.monotonic() - self._fetched > self.LIFESPAN:
+                try:
+                    self._keys = jwt.PyJWKSet.from_dict(provider_get_json(self.config, self.uri))
+                except OidcProfileError as exc:
+                    raise jwt.PyJWKClientConnectionError(str(exc)) from None
+                self._fetched = time.monotonic()
+            return self._keys
+
+
+_clients: dict[str, ProviderKeys] = {}
 _clients_lock = threading.Lock()
 
 
-def _jwks_client(config: OidcConfig) -> jwt.PyJWKClient:
+def _provider_keys(config: OidcConfig) -> ProviderKeys:
     uri = str(discovery(config)["jwks_uri"])
     with _clients_lock:
-        client = _clients.get(uri)
-        if client is None:  # keys are cached and refetched when a token names an unknown kid
-            client = _clients[uri] = jwt.PyJWKClient(uri, cache_keys=True, lifespan=300, timeout=int(config.timeout))
-        return client
+        keys = _clients.get(uri)
+        if keys is None:
+            keys = _clients[uri] = ProviderKeys(uri, config)
+        return keys
 
 
 def provider_token_claims(token: str, config: OidcConfig) -> dict[str, Any]:
     """The verified claims of a provider-issued token. Raises ``jwt.PyJWTError`` when it does not verify."""
-    key = _jwks_client(config).get_signing_key_from_jwt(token)
+    key = _provider_keys(config).signing_key(token)
     return jwt.decode(token, key.key, algorithms=ALGORITHMS, audience=config.audience, issuer=config.issuer,
                       options={"require": ["exp", "iat", "iss", "sub", "aud"]}, leeway=30)
 

@@ -3,7 +3,10 @@ code + PKCE + nonce), configured from the ``SKALD_OIDC_*`` profile and the provi
 
 The library does the protocol (state, nonce, PKCE, the code exchange, the ID token's signature
 against the provider's JWKS, userinfo); Skald adds the checks it leaves out (the ID token's issuer,
-audience and expiry), matches users by ``(issuer, sub)`` only, and applies the group mapping.
+audience and expiry), matches users by ``(issuer, sub)`` only, and applies the group mapping. The
+library's three fetches (token, userinfo, key set) go through Skald's guarded client
+(:mod:`loop.providers.guarded_http`: SSRF screen, pinned address, no redirects, timeouts, CA
+settings) instead of ``requests``.
 """
 
 from __future__ import annotations
@@ -105,6 +108,44 @@ class ProviderBackend(OIDCAuthenticationBackend):
         if int(payload.get("exp", 0)) <= time.time():
             raise SuspiciousOperation("ID token expired")
         return payload
+
+    # --- the library's fetches, through the guarded client --------------------------------------
+
+    def _fetch(self, method: str, url: str, *, headers: dict[str, str] | None = None,
+               data: dict[str, Any] | None = None) -> Any:
+        from loop.errors import ProviderError
+        from loop.providers.guarded_http import guarded_request
+
+        try:
+            response = guarded_request(method, url, policy=self.config.outbound(), headers=headers, data=data)
+        except ProviderError as exc:
+            raise RequestException(f"the identity provider could not be reached ({exc.code})") from None
+        if response.status_code != 200:
+            raise RequestException(f"the identity provider answered {response.status_code}")
+        return response
+
+    def get_token(self, payload: dict[str, Any]) -> Any:
+        """The code exchange (the client secret travels in the form body, as the library sends it)."""
+        return self._fetch("POST", self.OIDC_OP_TOKEN_ENDPOINT, data=payload,
+                           headers={"Accept": "application/json"}).json()
+
+    def get_userinfo(self, access_token: str, id_token: str, payload: dict[str, Any]) -> Any:
+        response = self._fetch("GET", self.OIDC_OP_USER_ENDPOINT, headers={"Authorization": f"Bearer {access_token}"})
+        if response.headers.get("content-type", "").lower().startswith("application/jwt"):
+            return self.verify_token(response.text)  # userinfo claims may come as a signed JWT
+        return response.json()
+
+    def retrieve_matching_jwk(self, token: str) -> Any:
+        """The library's key choice (same kid and, when the key names one, the same alg)."""
+        import jwt
+
+        jwks = self._fetch("GET", self.OIDC_OP_JWKS_ENDPOINT, headers={"Accept": "application/json"}).json()
+        header = jwt.get_unverified_header(token)
+        matching = [key for key in jwks.get("keys", []) if key.get("kid") == str(header.get("kid"))
+                    and ("alg" not in key or key["alg"] == str(header.get("alg")))]
+        if not matching:
+            raise SuspiciousOperation("Could not find a valid JWKS.")
+        return jwt.PyJWK(matching[-1])
 
     def verify_claims(self, claims: dict[str, Any]) -> bool:
         return bool(claims.get("sub"))

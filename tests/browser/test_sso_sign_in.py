@@ -30,7 +30,8 @@ def provider() -> Iterator[Provider]:
 def stack(provider: Provider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     running = launch(tmp_path_factory.mktemp("var"), {
         "SKALD_OIDC_ISSUER": provider.issuer, "SKALD_OIDC_CLIENT_ID": CLIENT_ID,
-        "SKALD_OIDC_CLIENT_SECRET": CLIENT_SECRET, "SKALD_OIDC_PROVIDER_NAME": "Test IdP"})
+        "SKALD_OIDC_CLIENT_SECRET": CLIENT_SECRET, "SKALD_OIDC_PROVIDER_NAME": "Test IdP",
+        "SKALD_OIDC_ALLOW_CIDRS": "127.0.0.0/8"})
     provider.client.redirect_uris.append(f"{running.base_url}/oidc/callback/")
     yield running
     if not running.stopped:

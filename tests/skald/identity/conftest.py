@@ -20,7 +20,9 @@ def provider() -> Iterator[Provider]:
 
 def oidc_env(provider: Provider) -> dict[str, str]:
     return {"SKALD_OIDC_ISSUER": provider.issuer, "SKALD_OIDC_CLIENT_ID": CLIENT_ID,
-            "SKALD_OIDC_CLIENT_SECRET": CLIENT_SECRET, "SKALD_OIDC_PROVIDER_NAME": "Test IdP"}
+            "SKALD_OIDC_CLIENT_SECRET": CLIENT_SECRET, "SKALD_OIDC_PROVIDER_NAME": "Test IdP",
+            # The provider serves on loopback: the guarded client admits it only when allowed.
+            "SKALD_OIDC_ALLOW_CIDRS": "127.0.0.0/8"}
 
 
 @pytest.fixture
