@@ -71,6 +71,7 @@ class AuditKind(models.IntegerChoices):
     AGENT_CHANGED = 520, "skald.agent.changed"
     WORKSPACE_FILE_WRITTEN = 530, "skald.workspace.file_written"
     WORKSPACE_FILE_DELETED = 531, "skald.workspace.file_deleted"
+    EFFECT_REFUSED = 532, "skald.effect.refused"  # a tool's stale effect, not applied
     JOB_CREATED = 540, "skald.job.created"
     JOB_STATE_CHANGED = 541, "skald.job.state_changed"
     JOB_DELIVERED = 542, "skald.job.delivered"

@@ -34,6 +34,9 @@ class EventKind(StrEnum):
     # Written into the session log by the product (an async task's or cron run's status, SPEC S4),
     # named here so that every reader of the log knows every kind.
     TASK_UPDATE = "control:task_update"
+    # A tool's effect refused after its work (a stale workspace write, a driver taken over): the
+    # product records it so the run says in words what was not applied.
+    EFFECT_REFUSED = "control:effect_refused"
 
 
 CONVERSATION_KINDS = frozenset(

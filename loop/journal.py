@@ -182,6 +182,27 @@ class Journal:
             raise PersistError(f"idempotency key {key} reused with other content", code="idempotency_conflict")
         return existing[0]
 
+    def hold_fence(self, session_id: int) -> None:
+        """Refuse with LeaseLost, inside the caller's transaction, when this journal is fenced and
+        its claim was taken over; the exchange's row stays locked (PostgreSQL) until commit. For
+        an effect outside the journal that must commit only while the driver holds its lease."""
+        fence = self.fence
+        if fence is None:
+            return
+        assert sql.in_transaction(), "a fence is held inside the effect's transaction"
+        batch = _current()
+        if batch is not None:
+            if session_id not in batch.last_seq:
+                batch.last_seq[session_id] = self._lock_session(batch, session_id, fence[0])
+            self._check_fence(fence[0], batch)
+            return
+        with sql.cursor() as cursor:
+            locked = events.lock_last_seq_and_claim(cursor, session_id, fence[0])
+        if locked is None:
+            raise PersistError(f"session {session_id} does not exist", code="session_missing")
+        if locked[1] != fence[1]:
+            raise _lease_lost(fence[0])
+
     def _check_fence(self, exchange_id: int | None, batch: _Batch | None = None) -> None:
         """Refuse with LeaseLost when this journal is fenced on ``exchange_id`` and its claim was
         taken over. The check row-locks the exchange (PostgreSQL) until commit, so a batch checks

@@ -118,6 +118,9 @@ class ToolContext:
 
     ``timeout`` is None for a tool that declares none (a delegate: its child loop is bounded by its
     own turns, the tree's budget and the stop). ``frame`` is the calling frame, for delegates.
+    ``fence`` is the driver's ``(exchange id, claim token)``: an effect the tool commits after its
+    work checks it in the effect's own transaction (``Store.fenced(*fence).hold_fence``), so a
+    driver taken over while the tool ran commits nothing (None: not run by a driver).
     """
 
     scope: TurnScope
@@ -126,6 +129,7 @@ class ToolContext:
     timeout: float | None
     call_id: int = 0
     frame: CallingFrame | None = None
+    fence: tuple[int, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

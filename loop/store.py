@@ -78,6 +78,13 @@ class Store:
                      payload_cap=self.payload_cap, lease_seconds=self.lease_seconds,
                      fence=(exchange_id, claim_token))
 
+    def hold_fence(self, session_id: int) -> None:
+        """Inside the caller's transaction, before an effect a tool commits outside the journal (a
+        workspace write, a scratchpad value): refuse with :class:`LeaseLost` when this store's claim
+        was taken over. The journal's own fence check, in the same lock order (the session row,
+        then the exchange's claim, row-locked on PostgreSQL until commit). An unfenced store passes."""
+        self.journal.hold_fence(session_id)
+
     def release_thread(self) -> None:
         """A helper thread that used the store is ending: close its connections."""
         sql.release_thread()
@@ -127,7 +134,9 @@ class Store:
     # --- scratchpad -------------------------------------------------------------------------------
 
     def scratchpad_set(self, session_id: int, key: str, value: str, *, principal: str) -> None:
+        """Set a value (last writer wins); a fenced store refuses once its claim was taken over."""
         with transaction.atomic():
+            self.journal.hold_fence(session_id)
             rows.scratchpad_set(session_id, key, value, self.journal.now())
             self.journal.audit("loop.scratchpad.set", principal=principal, subject_type="session",
                                subject_id=session_id, payload={"key": key, "bytes": len(value.encode("utf-8"))})

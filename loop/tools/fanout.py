@@ -126,7 +126,7 @@ def _execute(env: RoundEnv, call: ToolCall, tool: Tool, arguments: Mapping[str, 
     # A tool may declare its own timeout (None: none at all, as a delegate does).
     timeout = getattr(tool, "timeout", env.bounds.tool_timeout)
     context = ToolContext(scope=env.scope, call_key=call.call_key, cancel=cancel.child(), timeout=timeout,
-                          call_id=call.pk, frame=env.link)
+                          call_id=call.pk, frame=env.link, fence=env.store.journal.fence)
     return execute_tool(tool, arguments, context, output_cap=env.bounds.tool_output_cap, detector=env.detector)
 
 

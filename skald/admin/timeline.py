@@ -145,6 +145,12 @@ def describe(event: SessionEvent, *, agent: str, user: str, names: Mapping[str, 
             return Description("tasks", "who-system",
                                f"async task #{p.get('job', '?')} ({p.get('agent', '?')}) is {status}{delivered}",
                                status, f"status status-{status}")
+        case EventKind.EFFECT_REFUSED:
+            paths = ", ".join(str(target) for target in (p.get("targets") or [])[:5]) or "?"
+            why = ("its worker lost its lease and another worker took over" if p.get("reason") == "lease_lost"
+                   else "the stored files changed since the command started")
+            return _system(f"refused a stale write by {p.get('tool', '?')} to {paths}: {why}; nothing was applied",
+                           "conflict", "outcome-error")
         case _:
             assert_never(kind)
 

@@ -30,6 +30,7 @@ _TYPES: dict[str, str] = {
     "control:task_update": "task.update",  # a job's TaskUpdate (skald.jobs), for the task strip
     "control:frame_opened": "frame.opened",
     "control:frame_closed": "frame.closed",
+    "control:effect_refused": "effect.refused",  # a tool's stale effect, refused (skald.sessions.effects)
 }
 
 

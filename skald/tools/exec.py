@@ -13,25 +13,36 @@ from loop.ports import ToolContext
 from loop.tools.exec_bridge import ExecBridge
 from loop.tools.hints import RestartHint
 from loop.tools.registry import FunctionTool
-from skald.sessions.workspace import workspace_materialise, workspace_sync_back
+from skald.loop_adapters.store import call_fence
+from skald.sessions.workspace import workspace_discard, workspace_materialise, workspace_sync_back
 
 
 def _execute(arguments: Mapping[str, Any], context: ToolContext) -> str:
-    """Run in a local copy of the session's files; what the command leaves behind is recorded."""
+    """Run in a local copy of the session's files; what the command leaves behind is recorded as
+    compare-and-sets against the files it started from, under the driver's fence (a driver taken
+    over meanwhile writes nothing: ``LeaseLost``). The local copy is removed however the command
+    ends."""
     bridge = ExecBridge.from_env(settings.BRAIN_ENGINE_EXEC_ALLOWLIST)
     bridge.resolve(str(arguments["argv"][0]))  # a refused program touches no disk
     local = workspace_materialise(session_id=context.scope.session_id, root=context.scope.workspace.resolve())
-    result = bridge.run(list(arguments["argv"]), cancel=context.cancel, timeout=context.timeout or TOOL_TIMEOUT,
-                        cwd=str(local.root))
-    changed = workspace_sync_back(session_id=context.scope.session_id, materialised=local,
-                                  actor=Actor.parse(context.scope.principal))
+    try:
+        result = bridge.run(list(arguments["argv"]), cancel=context.cancel, timeout=context.timeout or TOOL_TIMEOUT,
+                            cwd=str(local.root))
+        synced = workspace_sync_back(session_id=context.scope.session_id, materialised=local,
+                                     actor=Actor.parse(context.scope.principal), fence=call_fence(context),
+                                     call_key=context.call_key)
+    finally:
+        workspace_discard(local)
     parts = [f"exit code: {result.exit_code}"]
     if result.timed_out:
         parts.append("(timed out)")
     if result.truncated:
         parts.append("(output truncated)")
-    if changed:
-        parts.append("workspace files changed: " + ", ".join(changed[:20]))
+    if synced.changed:
+        parts.append("workspace files changed: " + ", ".join(synced.changed[:20]))
+    if synced.refused:
+        parts.append("workspace changes NOT applied (the stored files changed since the command started): "
+                     + ", ".join(synced.refused[:20]))
     parts.append("stdout:\n" + result.stdout)
     if result.stderr:
         parts.append("stderr:\n" + result.stderr)

@@ -10,6 +10,8 @@ from loop.errors import ToolError
 from loop.ports import ToolContext
 from loop.tools.hints import RestartHint
 from loop.tools.registry import FunctionTool
+from skald.loop_adapters.store import call_fence
+from skald.sessions.effects import refused_when_taken_over
 from skald.sessions.workspace import MAX_PATH_CHARS, workspace_read, workspace_write
 
 
@@ -21,9 +23,11 @@ def _read(arguments: Mapping[str, Any], context: ToolContext) -> str:
 
 
 def _write(arguments: Mapping[str, Any], context: ToolContext) -> str:
-    data = arguments["content"].encode("utf-8")
-    row = workspace_write(session_id=context.scope.session_id, path=arguments["path"], data=data,
-                          actor=Actor.parse(context.scope.principal))
+    data, actor = arguments["content"].encode("utf-8"), Actor.parse(context.scope.principal)
+    with refused_when_taken_over(session_id=context.scope.session_id, tool="write_file", call_key=context.call_key,
+                                 targets=[str(arguments["path"])], actor=actor):
+        row = workspace_write(session_id=context.scope.session_id, path=arguments["path"], data=data, actor=actor,
+                              fence=call_fence(context))
     return f"wrote {len(data)} bytes to {row.path}"
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from audit.actors import Actor
 from loop.ports import ToolContext
 from loop.tools.registry import FunctionTool
-from skald.loop_adapters.store import kernel_store
+from skald.loop_adapters.store import call_fence, kernel_store
+from skald.sessions.effects import refused_when_taken_over
 
 MAX_VALUE = 16 * 1024
 KEY = {"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[A-Za-z0-9_.:-]+$"}
@@ -19,8 +21,13 @@ def _get(arguments: Mapping[str, Any], context: ToolContext) -> str:
 
 
 def _set(arguments: Mapping[str, Any], context: ToolContext) -> str:
-    kernel_store().scratchpad_set(context.scope.session_id, arguments["key"], arguments["value"],
-                                  principal=context.scope.principal)
+    # Fenced: a driver taken over while the call ran stores nothing (the new holder's value stands).
+    store = call_fence(context) or kernel_store()
+    with refused_when_taken_over(session_id=context.scope.session_id, tool="scratchpad_set",
+                                 call_key=context.call_key, targets=[f"scratchpad:{arguments['key']}"],
+                                 actor=Actor.parse(context.scope.principal)):
+        store.scratchpad_set(context.scope.session_id, arguments["key"], arguments["value"],
+                             principal=context.scope.principal)
     return f"stored {arguments['key']}"
 
 
