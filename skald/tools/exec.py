@@ -13,12 +13,13 @@ from loop.ports import ToolContext
 from loop.tools.exec_bridge import ExecBridge
 from loop.tools.hints import RestartHint
 from loop.tools.registry import FunctionTool
+from skald.loop_adapters.sandbox import exec_sandbox
 from skald.sessions.workspace import workspace_materialise, workspace_sync_back
 
 
 def _execute(arguments: Mapping[str, Any], context: ToolContext) -> str:
     """Run in a local copy of the session's files; what the command leaves behind is recorded."""
-    bridge = ExecBridge.from_env(settings.BRAIN_ENGINE_EXEC_ALLOWLIST)
+    bridge = ExecBridge.from_env(settings.BRAIN_ENGINE_EXEC_ALLOWLIST, sandbox=exec_sandbox())
     bridge.resolve(str(arguments["argv"][0]))  # a refused program touches no disk
     local = workspace_materialise(session_id=context.scope.session_id, root=context.scope.workspace.resolve())
     result = bridge.run(list(arguments["argv"]), cancel=context.cancel, timeout=context.timeout or TOOL_TIMEOUT,
