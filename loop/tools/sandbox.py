@@ -11,13 +11,16 @@ user and descriptors to hand to :class:`subprocess.Popen`. Two implementations:
   util-linux's ``prlimit`` (CPU seconds, address space, file size, open files, processes). Run
   as root, the server hands the workspace to an unprivileged uid (default 65534, ``nobody``) and
   the program runs as that uid (``setpriv``, every capability dropped, no new privileges), so the
-  process limit is enforced by the kernel; run as anyone else, bubblewrap's user namespace maps
-  the server's uid to that uid inside and the limits apply per sandbox.
+  kernel enforces the process limit (uid 0 is exempt from it); a user namespace of its own
+  (``unshare``) makes that count per sandbox rather than per uid, where the host allows one.
+  Run as anyone else, bubblewrap's user namespace maps the server's uid to that uid inside, the
+  count is per sandbox, and the program cannot create further user namespaces.
 - :class:`Unconfined`: today's plain child (optionally with the same limits, minus the process
   count, which would count the server's own processes). Only for machines without bubblewrap.
 
 Threat limits: the kernel is shared (no seccomp filter beyond bubblewrap's defaults), ``/usr`` is
-readable, and a uid's process count is shared by every sandbox running as that uid at once.
+readable, and where a root server's host forbids unprivileged user namespaces the process count is
+shared by every sandbox running as that uid at once (``private_count`` is then False).
 """
 
 from __future__ import annotations
@@ -162,6 +165,8 @@ class Bubblewrap:
             as root, otherwise the uid the server's own uid is mapped to inside.
         hide: Host paths that must never show, even below a read-only directory (``var/``, the
             database, the workspace root): an empty tmpfs is mounted over each.
+        private_count: As root, give the program a user namespace of its own so its process
+            limit counts its own processes only (:meth:`find` turns it off where the host forbids).
     """
 
     bwrap: str
@@ -169,8 +174,10 @@ class Bubblewrap:
     network: bool = False
     uid: int = NOBODY
     hide: tuple[str, ...] = ()
+    private_count: bool = True
     setpriv: str = "/usr/bin/setpriv"
     prlimit: str = "/usr/bin/prlimit"
+    unshare: str = "/usr/bin/unshare"
     name: str = field(default="bubblewrap", init=False)
     confined: bool = field(default=True, init=False)
 
@@ -179,17 +186,20 @@ class Bubblewrap:
              hide: Sequence[str] = ()) -> Bubblewrap | None:
         """The sandbox, if ``bwrap``, ``prlimit`` and ``setpriv`` are installed and a trial run
         works here (namespaces may be forbidden in a container); None otherwise."""
-        tools = [shutil.which(name, path=_SYSTEM_PATH) for name in ("bwrap", "setpriv", "prlimit")]
+        tools = [shutil.which(name, path=_SYSTEM_PATH) for name in ("bwrap", "setpriv", "prlimit", "unshare")]
         if not all(tools):
             return None
-        bwrap, setpriv, prlimit = (str(tool) for tool in tools)
-        sandbox = cls(bwrap=bwrap, limits=limits, network=network, uid=uid, hide=tuple(hide),
-                      setpriv=setpriv, prlimit=prlimit)
-        return sandbox if _works(sandbox) else None
+        bwrap, setpriv, prlimit, unshare = (str(tool) for tool in tools)
+        for private_count in (True, False):
+            sandbox = cls(bwrap=bwrap, limits=limits, network=network, uid=uid, hide=tuple(hide),
+                          private_count=private_count, setpriv=setpriv, prlimit=prlimit, unshare=unshare)
+            if _works(sandbox):
+                return sandbox
+        return None
 
     def describe(self) -> dict[str, Any]:
         return {"sandbox": self.name, "network": self.network, "sees": f"{SANDBOX_HOME} only (rw), /usr (ro)",
-                "limits": self.limits.describe()}
+                "limits": self.limits.describe(), "private_count": self.private_count or os.geteuid() != 0}
 
     def launch(self, executable: str, argv: Sequence[str], *, workspace: str, env: Mapping[str, str]) -> Launch:
         as_root = os.geteuid() == 0
@@ -201,6 +211,8 @@ class Bubblewrap:
             # A real unprivileged uid outside too: the kernel then counts its processes (uid 0 is exempt).
             args += ["--", self.setpriv, f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
                      "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+            if self.private_count:
+                args += ["--", self.unshare, f"--map-user={self.uid}", f"--map-group={self.uid}"]
         else:
             args += ["--"]
         args += [self.prlimit, *self.limits.prlimit_args(), "--", executable, *list(argv)[1:]]
@@ -213,7 +225,8 @@ class Bubblewrap:
             if not self.network:
                 spaces.append("--unshare-net")
         else:
-            spaces = ["--unshare-all", "--uid", str(self.uid), "--gid", str(self.uid)]
+            spaces = ["--unshare-all", "--unshare-user", "--disable-userns",
+                      "--uid", str(self.uid), "--gid", str(self.uid)]
             if self.network:
                 spaces.append("--share-net")
         return [*spaces, "--die-with-parent", "--new-session", "--hostname", "sandbox"]
