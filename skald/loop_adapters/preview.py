@@ -72,7 +72,7 @@ def exec_preview(tool: str, arguments: Mapping[str, Any], scope: TurnScope) -> s
     return (f"Sandbox: {facts['sandbox']}; sees {facts['sees']}; network "
             f"{'allowed' if facts['network'] else 'none'}\nLimits: {limits['cpu_seconds']} s CPU, "
             f"{limits['memory_mb']} MiB memory, {limits['file_mb']} MiB per file, "
-            f"{limits['processes']} processes\n")
+            f"{limits['processes']} processes{'' if facts['private_count'] else ' (shared by all commands)'}\n")
 
 
 def preview_for(tool: str, arguments: Mapping[str, Any], scope: TurnScope) -> str:

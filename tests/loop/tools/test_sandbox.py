@@ -274,6 +274,20 @@ def test_cancel_kills_everything_in_the_sandbox(confined: ExecBridge, workspace:
     assert sleepers("321") == []
 
 
+def test_a_timeout_and_the_output_cap_still_hold(workspace: Path) -> None:
+    bridge = ExecBridge(PROGRAMS, sandbox=_bubblewrap(), max_output=1000)
+
+    slow = run(bridge, ["sh", "-c", "sleep 3219"], workspace, timeout=0.5)
+    chatty = run(bridge, ["head", "-c", "100000", "/dev/zero"], workspace)
+
+    assert slow.timed_out and slow.exit_code is None
+    assert chatty.truncated and len(chatty.stdout) == 1000 and chatty.exit_code == 0
+    deadline = time.monotonic() + 10
+    while sleepers("3219") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert sleepers("3219") == []
+
+
 def test_unconfined_keeps_the_limits_it_can(workspace: Path) -> None:
     bridge = ExecBridge(PROGRAMS, sandbox=Unconfined(limits=LIMITS))
 
