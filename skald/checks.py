@@ -152,3 +152,28 @@ def check_compaction_settings(app_configs: Any = None, **kwargs: Any) -> list[Er
     except HarnessError as exc:
         return [Error(f"SKALD_COMPACTION is invalid: {exc}", id="skald.E005")]
     return []
+
+
+@register()
+def check_exec_sandbox_mode(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    from skald.loop_adapters.sandbox import MODES
+
+    if settings.SKALD_EXEC_SANDBOX not in MODES:
+        return [Error(f"SKALD_EXEC_SANDBOX must be one of {', '.join(MODES)}.", id="skald.E012")]
+    return []
+
+
+@register(Tags.security, deploy=True)
+def check_exec_sandbox(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Production runs commands confined (bubblewrap) or says out loud that it accepts them unconfined."""
+    from skald.loop_adapters.sandbox import exec_confinement, unconfined_accepted
+
+    if settings.DEBUG or exec_confinement() is not None or unconfined_accepted():
+        return []
+    return [Error(
+        "No sandbox for execute_cmd on this machine (sandbox: unavailable): a command could read other "
+        "sessions' files, var/, the database and the keys, and commands are refused.",
+        hint="Install bubblewrap (apt-get install bubblewrap) and keep SKALD_EXEC_SANDBOX=auto, or accept "
+        "unconfined commands with SKALD_EXEC_UNCONFINED_OK=1 (docs/production.md, 'Sandbox').",
+        id="skald.E011",
+    )]

@@ -2,8 +2,8 @@
 
 It renders what a turn would run with — the profile's name, the mounted service keys, scalar
 configuration and the provider's *name* — from the assembled objects alone. It never reads the
-environment and never shows a URL, path, model name or secret. The sandbox is always reported
-unavailable (denied): the loop has no sandbox to offer.
+environment and never shows a URL, path, model name or secret. The sandbox is shown by name
+(``bubblewrap``) when commands are confined, ``unavailable`` when they are not.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from loop.ports import AgentSpec
 from skald.loop_adapters.bus import ChannelsBus
 from skald.loop_adapters.hooks import audited_hooks
 from skald.loop_adapters.runtime import default_gate, deployment_bounds, deployment_compaction, provider_for
+from skald.loop_adapters.sandbox import exec_confinement
 from skald.loop_adapters.store import kernel_store
 from skald.tools.catalog import BUILTIN_TOOLS
 
@@ -41,7 +42,7 @@ def inspect(services: Mapping[str, Any], *, profile: str, config: Mapping[str, A
         "config": {key: value for key, value in sorted(config.items()) if isinstance(value, SCALARS)},
         "provider": getattr(provider, "name", "none"),
         "tools": sorted(tools.names()) if tools is not None else [],
-        "sandbox": "unavailable (denied)",
+        "sandbox": getattr(services.get("sandbox"), "name", "unavailable"),
     }
 
 
@@ -58,6 +59,7 @@ def inspect_agent(agent: AgentSpec) -> dict[str, Any]:
         "sessions": kernel_store(),
         "agents": agent,
         "compaction": compaction,
+        "sandbox": exec_confinement(),
     }
     scalars = {f"compaction.{name}": value for name, value in asdict(compaction).items()}
     return inspect(services, profile=profile_name(), config={"agent": agent.name, **bounds.as_dict(), **scalars})

@@ -392,6 +392,19 @@ SKALD_DEMO_PASSWORD = envstr("SKALD_DEMO_PASSWORD")
 SKALD_WORKSPACE_ROOT = Path(envstr("SKALD_WORKSPACE_ROOT", str(VAR_DIR / "workspaces")))
 SKALD_GDL_WAIT_SECONDS = envint("SKALD_GDL_WAIT_SECONDS", 25, minimum=1)
 BRAIN_ENGINE_EXEC_ALLOWLIST = envstr("BRAIN_ENGINE_EXEC_ALLOWLIST")
+# The exec sandbox (docs/production.md, "Sandbox"): `auto` confines execute_cmd with bubblewrap when
+# it works on this machine, `off` never does. Without one, commands run unconfined only where
+# SKALD_EXEC_UNCONFINED_OK holds: by default in the embedded profile (SKALD_DEBUG on), never in
+# production unless said explicitly; `check --deploy` fails otherwise (skald.E011).
+SKALD_EXEC_SANDBOX = envstr("SKALD_EXEC_SANDBOX", "auto")
+SKALD_EXEC_UNCONFINED_OK = envbool("SKALD_EXEC_UNCONFINED_OK", DEBUG)
+SKALD_EXEC_NETWORK = envbool("SKALD_EXEC_NETWORK", False)
+SKALD_EXEC_UID = envint("SKALD_EXEC_UID", 65534, minimum=1)  # never root
+SKALD_EXEC_CPU_SECONDS = envint("SKALD_EXEC_CPU_SECONDS", 60, minimum=0)  # 0: no limit
+SKALD_EXEC_MEMORY_MB = envint("SKALD_EXEC_MEMORY_MB", 1024, minimum=0)
+SKALD_EXEC_FILE_MB = envint("SKALD_EXEC_FILE_MB", 64, minimum=0)
+SKALD_EXEC_OPEN_FILES = envint("SKALD_EXEC_OPEN_FILES", 256, minimum=0)
+SKALD_EXEC_PROCESSES = envint("SKALD_EXEC_PROCESSES", 64, minimum=0)
 # The provider profile is parsed (and its status computed) by skald.provider_config at first use;
 # a partial profile fails the skald.E001 system check, so `manage.py check` refuses to boot.
 SKALD_PROVIDER_ENV = {k: v for k, v in os.environ.items() if k.startswith("BRAIN_GDL_PROVIDER_")}

@@ -6,6 +6,11 @@ its own session so the whole process group can be killed on cancel or timeout (g
 included), and its output is capped per stream while the pipes keep draining, so a chatty child
 can neither deadlock nor flood memory. Anything left in the group when the leader exits is killed:
 background processes do not outlive the call.
+
+Where it runs is the :class:`~loop.tools.sandbox.Sandbox`'s business: unconfined by default (the
+kernel's tests and machines without bubblewrap), confined to the workspace when the product passes
+a :class:`~loop.tools.sandbox.Bubblewrap`. Confined, a program killed by a signal reports
+``128 + signal`` (bubblewrap's convention) rather than a negative code.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dataclasses import dataclass
 from loop.cancellation import CancelToken
 from loop.errors import HarnessError, ToolError
 from loop.tools.hints import RestartHint
+from loop.tools.sandbox import Sandbox, Unconfined
 
 __all__ = [
     "ALLOWLIST_VARIABLE",
@@ -157,6 +163,7 @@ class ExecBridge:
         max_output: Bytes kept per stream; more is read and dropped, and the result is truncated.
         env: Extra variables for the child, on top of the minimal environment (PATH and HOME are
             fixed by the bridge). Nothing is ever inherited from the server's environment.
+        sandbox: Where the child runs; default :class:`~loop.tools.sandbox.Unconfined`.
     """
 
     restart_hint = RESTART_HINT
@@ -167,6 +174,7 @@ class ExecBridge:
         *,
         max_output: int = DEFAULT_MAX_OUTPUT,
         env: Mapping[str, str] | None = None,
+        sandbox: Sandbox | None = None,
     ) -> None:
         if isinstance(allowlist, str):
             raise TypeError("allowlist must be a sequence of entries; use from_env() to parse a setting")
@@ -178,17 +186,27 @@ class ExecBridge:
         self._allowlist = tuple(dict.fromkeys(_checked_entry(entry) for entry in allowlist))
         self._max_output = max_output
         self._env = {"LANG": "C.UTF-8", **extra, "PATH": SAFE_PATH}
+        self._sandbox: Sandbox = sandbox or Unconfined()
 
     @classmethod
     def from_env(
-        cls, value: str | None, *, max_output: int = DEFAULT_MAX_OUTPUT, env: Mapping[str, str] | None = None
+        cls,
+        value: str | None,
+        *,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+        env: Mapping[str, str] | None = None,
+        sandbox: Sandbox | None = None,
     ) -> ExecBridge:
         """Build a bridge from the raw ``BRAIN_ENGINE_EXEC_ALLOWLIST`` value (None or blank: deny all)."""
-        return cls(parse_allowlist(value), max_output=max_output, env=env)
+        return cls(parse_allowlist(value), max_output=max_output, env=env, sandbox=sandbox)
 
     @property
     def allowlist(self) -> tuple[str, ...]:
         return self._allowlist
+
+    @property
+    def sandbox(self) -> Sandbox:
+        return self._sandbox
 
     def resolve(self, program: str) -> str:
         """The absolute executable for ``program``, if the allowlist admits it.
@@ -214,7 +232,8 @@ class ExecBridge:
             argv: Program and arguments, passed to the program verbatim (no shell).
             cancel: Killing the process group is registered on it for the duration of the run.
             timeout: Seconds before the process group is killed.
-            cwd: Absolute working directory; it is also the child's HOME.
+            cwd: Absolute working directory (the workspace); it is also the child's HOME. A
+                sandbox may show it to the child under another path.
 
         Returns:
             The capped output and how the run ended.
@@ -232,11 +251,9 @@ class ExecBridge:
             return ExecResult(exit_code=None, stdout="", stderr="", cancelled=True)
         deadline = time.monotonic() + timeout
         try:
+            launch = self._sandbox.launch(executable, items, workspace=cwd, env=self._env)
             process = subprocess.Popen(
-                items,
-                executable=executable,
-                cwd=cwd,
-                env={**self._env, "HOME": cwd},
+                **launch.popen_kwargs(),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

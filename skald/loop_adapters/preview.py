@@ -60,8 +60,26 @@ def delegation_preview(tool: str, arguments: Mapping[str, Any], scope: TurnScope
             f"Child's tools: {', '.join(tools) or '(none)'}\n")
 
 
+def exec_preview(tool: str, arguments: Mapping[str, Any], scope: TurnScope) -> str:
+    """What confines the command a human approves (the argv is on the card already)."""
+    from skald.loop_adapters.sandbox import sandbox_facts
+
+    facts = sandbox_facts()
+    if facts["sandbox"] == "unavailable":
+        refused = " (refused on this deployment)" if facts["refused"] else ""
+        return f"Sandbox: none{refused}: the command runs with the server's user and sees what it sees\n"
+    limits = facts["limits"]
+    return (f"Sandbox: {facts['sandbox']}; sees {facts['sees']}; network "
+            f"{'allowed' if facts['network'] else 'none'}\nLimits: {limits['cpu_seconds']} s CPU, "
+            f"{limits['memory_mb']} MiB memory, {limits['file_mb']} MiB per file, "
+            f"{limits['processes']} processes{'' if facts['private_count'] else ' (shared by all commands)'}\n")
+
+
 def preview_for(tool: str, arguments: Mapping[str, Any], scope: TurnScope) -> str:
-    """The approval card's preview: a diff for a write, the child's capabilities for a delegate."""
+    """The approval card's preview: a diff for a write, the child's capabilities for a delegate,
+    the confinement for a command."""
     if tool in DELEGATES:
         return delegation_preview(tool, arguments, scope)
+    if tool == "execute_cmd":
+        return exec_preview(tool, arguments, scope)
     return write_preview(tool, arguments, scope)

@@ -13,16 +13,17 @@ from loop.ports import ToolContext
 from loop.tools.exec_bridge import ExecBridge
 from loop.tools.hints import RestartHint
 from loop.tools.registry import FunctionTool
+from skald.loop_adapters.sandbox import exec_sandbox
 from skald.loop_adapters.store import call_fence
 from skald.sessions.workspace import workspace_discard, workspace_materialise, workspace_sync_back
 
 
 def _execute(arguments: Mapping[str, Any], context: ToolContext) -> str:
-    """Run in a local copy of the session's files; what the command leaves behind is recorded as
-    compare-and-sets against the files it started from, under the driver's fence (a driver taken
-    over meanwhile writes nothing: ``LeaseLost``). The local copy is removed however the command
-    ends."""
-    bridge = ExecBridge.from_env(settings.BRAIN_ENGINE_EXEC_ALLOWLIST)
+    """Run in the deployment's sandbox, confined to a local copy of the session's files; what the
+    command leaves behind is recorded as compare-and-sets against the files it started from, under
+    the driver's fence (a driver taken over meanwhile writes nothing: ``LeaseLost``). The local copy
+    is removed however the command ends."""
+    bridge = ExecBridge.from_env(settings.BRAIN_ENGINE_EXEC_ALLOWLIST, sandbox=exec_sandbox())
     bridge.resolve(str(arguments["argv"][0]))  # a refused program touches no disk
     local = workspace_materialise(session_id=context.scope.session_id, root=context.scope.workspace.resolve())
     try:

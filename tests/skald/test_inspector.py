@@ -25,7 +25,7 @@ def test_it_renders_names_and_scalars_only():
     text = json.dumps(rendering)
     assert rendering["provider"] == "openai_compat" and rendering["profile"] == "production"
     assert rendering["mounted"] == ["gate", "llm", "tools"]
-    assert rendering["sandbox"] == "unavailable (denied)"
+    assert rendering["sandbox"] == "unavailable"
     assert "nested" not in rendering["config"] and rendering["config"]["max_turns"] == 8
     for leaked in ("models.internal.example", "gpt-secret", "sk-live"):
         assert leaked not in text

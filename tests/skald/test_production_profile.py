@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -42,9 +43,20 @@ def manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_check_deploy_is_clean_in_the_production_profile(tmp_path):
-    result = manage(production_env(tmp_path), "check", "--deploy", "--fail-level", "WARNING")
+    # Without bubblewrap (a developer's machine) production must accept unconfined commands out loud.
+    extra = {} if shutil.which("bwrap") else {"SKALD_EXEC_UNCONFINED_OK": "1"}
+    result = manage(production_env(tmp_path, **extra), "check", "--deploy", "--fail-level", "WARNING")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
+
+
+def test_check_deploy_fails_without_a_sandbox_unless_unconfined_commands_are_accepted(tmp_path):
+    refused = manage(production_env(tmp_path, SKALD_EXEC_SANDBOX="off"), "check", "--deploy")
+    accepted = manage(production_env(tmp_path, SKALD_EXEC_SANDBOX="off", SKALD_EXEC_UNCONFINED_OK="1"),
+                      "check", "--deploy", "--fail-level", "WARNING")
+
+    assert refused.returncode != 0 and "skald.E011" in refused.stderr and "sandbox: unavailable" in refused.stderr
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
 
 
 def test_check_deploy_names_a_missing_production_piece(tmp_path):

@@ -49,6 +49,9 @@ def wait_for(path: Path, limit: float = 20.0) -> int:
 def test_a_stop_kills_an_approved_commands_process_group(alice, carol, api, script, settings, tmp_path,
                                                            inline_tasks):
     settings.BRAIN_ENGINE_EXEC_ALLOWLIST = "sh"
+    # The pids are read from outside the workspace: unconfined here; the confined group kill is
+    # proved in tests/loop/tools/test_sandbox.py.
+    settings.SKALD_EXEC_SANDBOX = "off"
     default_rules_ensure()
     Agent.objects.create(name="runner", kind=AgentKind.CHAT, allowed_tools=["execute_cmd"])
     leader_file, child_file = tmp_path / "leader.pid", tmp_path / "child.pid"
