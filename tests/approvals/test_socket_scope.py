@@ -1,5 +1,6 @@
 """A session's websocket acts only on its own session (issue 28 §7): an ``approval.resolve`` frame
-sent on session A's socket cannot resolve session B's parked call, even for an approver of both."""
+sent on session A's socket cannot resolve session B's parked call, even for an approver of both; and
+its refusals arrive as close codes. On both databases."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from loop.providers.loopback import text_turn, tool_turn
 from skald.asgi import application
 from skald.sessions.services import session_create, session_message_submit
 from tests.conftest import make_user
+from tests.skald.ws import refusal
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio, pytest.mark.db_sensitive]
 
 ORIGIN = (b"origin", b"http://testserver")
 WAIT = 10.0  # a hang guard, not a time assertion
@@ -73,3 +75,12 @@ async def test_a_resolve_frame_on_another_sessions_socket_is_refused(script, inl
     answer = await _answer(own, frame)
     await own.disconnect()
     assert answer["type"] == "approval.accepted" and answer["status"] == ApprovalStatus.APPROVED
+
+
+async def test_refusals_arrive_as_close_codes_after_accept(script, inline_tasks, workspace_root) -> None:
+    erin, quiet, _parked, _approval = await sync_to_async(two_sessions_one_parked)(script)
+    frank = await sync_to_async(make_user)("frank", "reviewer")  # may not read erin's sessions
+    for query, code in ((f"/ws/sessions/{quiet.pk}/?after=0", 4401),
+                        (f"/ws/sessions/{quiet.pk}/?after=0&token={AccessToken.for_user(frank)}", 4404),
+                        (f"/ws/sessions/{quiet.pk}/?after=-x&token={AccessToken.for_user(erin)}", 4400)):
+        assert await refusal(WebsocketCommunicator(application, query, headers=[ORIGIN])) == code, query
