@@ -183,6 +183,9 @@ SKALD_CLAIM_STALE_SECONDS = SKALD_TASK_TIMEOUT + 60
 SKALD_LEASE_SECONDS = envint("SKALD_LEASE_SECONDS", 30, minimum=1)
 # How often `manage.py skald_sweeper` (started by `make run`) hands out work nothing is doing.
 SKALD_SWEEP_SECONDS = envint("SKALD_SWEEP_SECONDS", 5, minimum=1)
+# Liveness is progress (issue 28): with work due, some worker must start a task within this many
+# seconds, or readiness reports `workers: wedged` (503) and the supervisors restart the cluster.
+SKALD_WORKERS_STALL_SECONDS = envint("SKALD_WORKERS_STALL_SECONDS", SKALD_SWEEP_SECONDS + 10, minimum=2)
 Q_CLUSTER: dict[str, object] = {
     "name": "skald",
     "workers": envint("SKALD_Q_WORKERS", 2, minimum=1),
