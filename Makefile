@@ -37,10 +37,12 @@ bench: $(STAMP)
 # Kill a worker at every failpoint N times (default 20), restart it, print the invariants table.
 # CRASH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/any also runs them on PostgreSQL.
 # STACK=1: through the real stack (daphne + qcluster + sweeper, three boots a run: slow).
+# IDLE=n: SIGKILL each idle worker of the real stack in turn, n times (ORM broker, Redis), print the time to resume.
 N ?= 20
 JOBS ?= 1
 crash: $(STAMP)
-	@if [ -n "$(STACK)" ]; then $(PY) -m tests.e2e.crash_stack --runs $(N); \
+	@if [ -n "$(IDLE)" ]; then $(PY) -m tests.e2e.crash_idle --runs $(IDLE); \
+	elif [ -n "$(STACK)" ]; then $(PY) -m tests.e2e.crash_stack --runs $(N); \
 	else $(PY) -m tests.e2e.crash --runs $(N) --jobs $(JOBS); fi
 
 clean:
