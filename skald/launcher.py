@@ -4,7 +4,9 @@ Ctrl-C or SIGTERM stops both and leaves no process behind. Each child runs in it
 the whole group (qcluster's workers included) can be killed; every process also asks the kernel to
 signal it when its parent dies (PR_SET_PDEATHSIG), so even a SIGKILLed `make` leaves no orphan.
 A failing preparation (e.g. `check` refusing a partial provider profile) exits non-zero, starting nothing.
-A watchdog reads `/readyz` and replaces the qcluster when its workers are wedged (`skald/workers.py`).
+The qcluster (`manage.py skald_qcluster`) exits ``QUEUE_LOST_EXIT`` when a worker died idle and may
+have taken the task queue's lock with it; the launcher then starts a fresh one at once. A watchdog
+reads `/readyz` and replaces the qcluster when its workers are wedged anyway (`skald/workers.py`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ STOP_GRACE_SECONDS = 10.0
 # pill; by definition none of them runs a task, so it gets a short grace before SIGKILL.
 WEDGED_STOP_GRACE_SECONDS = 2.0
 WATCH_SECONDS = 2.0  # how often the launcher reads /readyz's `workers`
+# skald_qcluster's status when a worker died idle, possibly holding its task queue's read lock
+# (EX_TEMPFAIL): the supervisor restarts the cluster at once (docs/production.md, "Supervision").
+QUEUE_LOST_EXIT = 75
 
 
 def _die_with_parent() -> None:
@@ -194,7 +199,11 @@ def _workers_state(url: str) -> str:
 def _spawn_clusters() -> list[subprocess.Popen[bytes]]:
     # SKALD_QCLUSTERS: how many qcluster processes (each with SKALD_Q_WORKERS workers) to run here.
     count = max(1, int(os.environ.get("SKALD_QCLUSTERS", "1") or "1"))
-    return [_spawn([sys.executable, str(BASE_DIR / "manage.py"), "qcluster"]) for _ in range(count)]
+    return [_spawn_cluster() for _ in range(count)]
+
+
+def _spawn_cluster() -> subprocess.Popen[bytes]:
+    return _spawn([sys.executable, str(BASE_DIR / "manage.py"), "skald_qcluster"])
 
 
 def _stall_seconds() -> float:
@@ -244,10 +253,21 @@ def main() -> int:
         # per stall bound, so the new one has that long to start a task (skald/workers.py).
         watch_after = time.monotonic() + _stall_seconds()
         while not stopping:
-            for child in children:
-                if child.poll() is not None:
-                    print(f"A child process exited with code {child.returncode}; stopping.", file=sys.stderr)
-                    stopping = crashed = True
+            for child in list(children):
+                if child.poll() is None:
+                    continue
+                if child in clusters and child.returncode == QUEUE_LOST_EXIT and not stopping:
+                    # A worker died idle (skald_qcluster): its queue may be locked; a fresh cluster now.
+                    print("A qcluster worker died idle; the qcluster exited to drop its task queue; "
+                          "restarting the qcluster.", file=sys.stderr, flush=True)
+                    _stop([child], grace=0.0)  # what is left of its group (a worker's own children)
+                    fresh = _spawn_cluster()
+                    clusters[clusters.index(child)] = fresh
+                    children[children.index(child)] = fresh
+                    watch_after = time.monotonic() + _stall_seconds()
+                    continue
+                print(f"A child process exited with code {child.returncode}; stopping.", file=sys.stderr)
+                stopping = crashed = True
             if not stopping and time.monotonic() >= watch_after:
                 watch_after = time.monotonic() + WATCH_SECONDS
                 if _workers_state(f"{base}/readyz") == "wedged":

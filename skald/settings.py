@@ -91,10 +91,11 @@ TEMPLATES = [
 
 # --- database -------------------------------------------------------------------------------
 DATABASE_URL = envstr("DATABASE_URL")
-# Which process this is: the pool is sized per process. `manage.py qcluster` is a worker and
-# `manage.py skald_sweeper` the sweeper (both background roles, sized by SKALD_DB_WORKER_POOL_MAX);
+# Which process this is: the pool is sized per process. `manage.py skald_qcluster` (or django-q2's
+# own `qcluster`) is a worker and `manage.py skald_sweeper` the sweeper (both background roles,
+# sized by SKALD_DB_WORKER_POOL_MAX);
 # other entry points (daphne, management commands) count as web.
-_BACKGROUND_COMMANDS = {"qcluster": "worker", "skald_sweeper": "sweeper"}
+_BACKGROUND_COMMANDS = {"skald_qcluster": "worker", "qcluster": "worker", "skald_sweeper": "sweeper"}
 SKALD_ROLE = envstr("SKALD_ROLE") or _BACKGROUND_COMMANDS.get(sys.argv[1] if len(sys.argv) > 1 else "", "web")
 # PostgreSQL connections come from a per-process psycopg pool (Django's built-in pool): server
 # connections are bounded by SKALD_DB_POOL_MAX (web) / SKALD_DB_WORKER_POOL_MAX (each qcluster
