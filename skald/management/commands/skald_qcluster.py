@@ -31,6 +31,7 @@ from django_q import cluster as q_cluster
 from django_q.conf import logger
 from django_q.management.commands.qcluster import Command as QClusterCommand
 
+from skald.core.queue import enqueue_now
 from skald.launcher import QUEUE_LOST_EXIT
 
 IDLE = -1  # django-q2's worker timer while it waits for a task (worker.py)
@@ -128,6 +129,13 @@ class Command(QClusterCommand):
             return
         sentinel = cluster.sentinel
         assert sentinel is not None
+        if sentinel.is_alive():
+            # A sweep at once: tasks a cluster before this one took to its grave (SIGKILLed with its
+            # queue) are handed out again now rather than at the sweeper's next turn.
+            try:
+                enqueue_now("skald.tasks.sweep")
+            except Exception:  # noqa: BLE001 - the sweeper and the minute schedule hand them out all the same
+                logger.exception("enqueueing a start-up sweep failed")
         while sentinel.is_alive():  # SIGTERM/SIGINT: django-q2's handler stops the sentinel in order
             time.sleep(0.1)
         if sentinel.exitcode == QUEUE_LOST_EXIT:
