@@ -4,9 +4,10 @@ a message is sent at once. Work must resume: a worker drives its exchange to an 
 settled exchange is printed, never asserted.
 
 Of two idle workers one waits in ``task_queue.get()`` *holding* the queue's read lock (blocked in
-a pipe read), the other waits to take that lock (a futex). Killing the holder wedges the cluster
-until the launcher's watchdog sees ``workers: wedged`` on ``/readyz`` and replaces it; killing
-the waiter costs only django-q2's reincarnation. Both are killed, holder first.
+a pipe read), the other waits to take that lock (a futex). Killing the holder would wedge the
+cluster; ``skald_qcluster``'s Sentinel sees the idle death at once and exits for the launcher to
+start a fresh cluster (the fast path), long before ``/readyz`` could say ``workers: wedged`` (the
+backstop). Killing the waiter costs only django-q2's reincarnation. Both are killed, holder first.
 
 ``make crash IDLE=n`` runs it n times on the ORM broker (SQLite) and on Redis
 (``CRASH_REDIS_URL``, default ``redis://127.0.0.1:6379/7``): ``python -m tests.e2e.crash_idle``.
@@ -32,6 +33,8 @@ WORKER_COMM = "skald-qworker"  # skald.workers names its processes so
 WORKERS = 2  # django-q2's default in Skald (SKALD_Q_WORKERS)
 GUARD = 180.0  # a hang guard, not a time assertion
 ROLES = ("lock holder", "lock waiter")
+FAST_RESTART = "A qcluster worker died idle"  # the launcher's line for skald_qcluster's QUEUE_LOST_EXIT
+WEDGE_RESTART = "Workers are wedged"  # the launcher's line for the /readyz backstop
 BROKERS = {
     "orm": {},  # the embedded profile: SQLite, the ORM broker
     "redis": {"REDIS_URL": os.environ.get("CRASH_REDIS_URL", "redis://127.0.0.1:6379/7")},
@@ -51,6 +54,9 @@ class Resume:
     seconds: float  # from the SIGKILL to the exchange sent right after it settling
     wedged_after: float | None  # when /readyz first said `workers: wedged`, if it did
     restarted: bool  # the launcher replaced the qcluster
+    fast_restarts: int = 0  # launcher restarts on the cluster's own exit (QUEUE_LOST_EXIT) meanwhile
+    wedge_restarts: int = 0  # launcher restarts on /readyz's `workers: wedged` meanwhile
+    told_apart: bool = False  # the kernel showed which worker held the lock (wchan)
     exchange: dict[str, Any] = field(default_factory=dict)
 
 
@@ -108,7 +114,9 @@ def kill_idle_worker(stack: Stack, operator: Api, role: str) -> Resume:
     time.sleep(0.5)  # let both settle into get(): the holder reading, the waiter on the lock
     workers = wait_for(lambda: idle_workers(stack), timeout=GUARD, interval=0.2, what=f"{WORKERS} idle workers")
     victim = pick(workers, role)
+    told_apart = sum(_holds_lock(w) for w in workers) == 1
     before = {w.pid for w in workers}
+    log_before = stack.log()
     os.kill(victim.pid, signal.SIGKILL)
     killed_at = time.monotonic()
     session_id = operator.create_session()["id"]
@@ -127,7 +135,9 @@ def kill_idle_worker(stack: Stack, operator: Api, role: str) -> Resume:
                                  f"{victim}:\n{stack.log()[-3000:]}")
         time.sleep(0.1)
     restarted = not (before - {victim.pid}) <= {p.pid for p in descendants(stack.process.pid)}
-    return Resume(role, victim, seconds, wedged_after, restarted, row)
+    log = stack.log()[len(log_before):]
+    return Resume(role, victim, seconds, wedged_after, restarted, log.count(FAST_RESTART), log.count(WEDGE_RESTART),
+                  told_apart, row)
 
 
 def campaign(stack: Stack, runs: int = 1) -> list[Resume]:
@@ -139,8 +149,10 @@ def campaign(stack: Stack, runs: int = 1) -> list[Resume]:
 
 def describe(broker: str, resume: Resume) -> str:
     wedged = f"{resume.wedged_after:5.1f} s" if resume.wedged_after is not None else "   never"
+    restart = ("fast path" if resume.fast_restarts else "on wedged" if resume.wedge_restarts else "yes"
+               ) if resume.restarted else "no"
     return (f"{broker:6} {resume.role:12} {resume.victim.wchan[:22]:22} resumed after {resume.seconds:5.1f} s; "
-            f"readyz wedged after {wedged}; qcluster restarted: {'yes' if resume.restarted else 'no'}; "
+            f"readyz wedged after {wedged}; qcluster restarted: {restart}; "
             f"exchange {resume.exchange.get('status')}")
 
 
