@@ -140,3 +140,6 @@ class Command(QClusterCommand):
             time.sleep(0.1)
         if sentinel.exitcode == QUEUE_LOST_EXIT:
             sys.exit(QUEUE_LOST_EXIT)
+        if sentinel.exitcode:  # the sentinel itself died: say so to the supervisor, not "stopped"
+            logger.critical("the cluster's sentinel exited with %s", sentinel.exitcode)
+            sys.exit(1)
