@@ -37,13 +37,18 @@ bench: $(STAMP)
 # Kill a worker at every failpoint N times (default 20), restart it, print the invariants table.
 # CRASH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/any also runs them on PostgreSQL.
 # STACK=1: through the real stack (daphne + qcluster + sweeper, three boots a run: slow).
-# Then zombies: a worker SIGSTOPped mid-command past its lease, SIGCONTed after a takeover.
+# Then the edges (issue 28): zombies (a worker SIGSTOPped mid-command past its lease, SIGCONTed after a
+# takeover: effects per call, stale writes applied) and idle kills (each idle worker of the real stack
+# SIGKILLed in turn on the ORM broker and Redis: the time to resume), IDLE_RUNS times each.
+# IDLE=n runs only the idle kills, n times.
 N ?= 20
 JOBS ?= 1
+IDLE_RUNS ?= 2
 crash: $(STAMP)
-	@if [ -n "$(STACK)" ]; then $(PY) -m tests.e2e.crash_stack --runs $(N); \
-	else $(PY) -m tests.e2e.crash --runs $(N) --jobs $(JOBS); fi
-	@$(PY) -m tests.e2e.crash_zombie --runs $(N)
+	@if [ -n "$(IDLE)" ]; then $(PY) -m tests.e2e.crash_idle --runs $(IDLE); \
+	elif [ -n "$(STACK)" ]; then $(PY) -m tests.e2e.crash_stack --runs $(N); \
+	else $(PY) -m tests.e2e.crash --runs $(N) --jobs $(JOBS) && $(PY) -m tests.e2e.crash_zombie --runs $(N) \
+		&& $(PY) -m tests.e2e.crash_idle --runs $(IDLE_RUNS); fi
 
 clean:
 	rm -rf $(VENV) var

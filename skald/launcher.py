@@ -4,6 +4,9 @@ Ctrl-C or SIGTERM stops both and leaves no process behind. Each child runs in it
 the whole group (qcluster's workers included) can be killed; every process also asks the kernel to
 signal it when its parent dies (PR_SET_PDEATHSIG), so even a SIGKILLed `make` leaves no orphan.
 A failing preparation (e.g. `check` refusing a partial provider profile) exits non-zero, starting nothing.
+The qcluster (`manage.py skald_qcluster`) exits ``QUEUE_LOST_EXIT`` when a worker died idle and may
+have taken the task queue's lock with it; the launcher then starts a fresh one at once. A watchdog
+reads `/readyz` and replaces the qcluster when its workers are wedged anyway (`skald/workers.py`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +29,13 @@ from skald.core.var import var_dir_path, var_dir_prepare
 BASE_DIR = Path(__file__).resolve().parent.parent
 PR_SET_PDEATHSIG = 1
 STOP_GRACE_SECONDS = 10.0
+# A wedged cluster's leader waits forever for workers stuck on the queue lock to take their stop
+# pill; by definition none of them runs a task, so it gets a short grace before SIGKILL.
+WEDGED_STOP_GRACE_SECONDS = 2.0
+WATCH_SECONDS = 2.0  # how often the launcher reads /readyz's `workers`
+# skald_qcluster's status when a worker died idle, possibly holding its task queue's read lock
+# (EX_TEMPFAIL): the supervisor restarts the cluster at once (docs/production.md, "Supervision").
+QUEUE_LOST_EXIT = 75
 
 
 def _die_with_parent() -> None:
@@ -134,14 +145,14 @@ def _spawn(argv: list[str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, cwd=BASE_DIR, start_new_session=True, preexec_fn=_die_with_parent)
 
 
-def _stop(children: list[subprocess.Popen[bytes]]) -> None:
+def _stop(children: list[subprocess.Popen[bytes]], grace: float = STOP_GRACE_SECONDS) -> None:
     for child in children:
         # The leader only: qcluster's leader stops its sentinel and workers in order. A SIGTERM to
         # the whole group kills the sentinel outright (SIG_DFL) while it may hold the shared stop
         # event's lock, and the leader then hangs in stop() until the SIGKILL below.
         if child.poll() is None:
             child.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    deadline = time.monotonic() + grace
     for child in children:
         try:
             child.wait(timeout=max(0.1, deadline - time.monotonic()))
@@ -170,6 +181,37 @@ def _wait_until_serving(
     return False
 
 
+def _workers_state(url: str) -> str:
+    """``workers`` of the readiness report (``/readyz`` answers 503 with the same body when not ready)."""
+    try:
+        with urllib.request.urlopen(url, timeout=WATCH_SECONDS) as response:  # noqa: S310 - our own loopback URL
+            body = response.read()
+    except urllib.error.HTTPError as refused:
+        body = refused.read()
+    except OSError:
+        return "unknown"
+    try:
+        return str(json.loads(body).get("workers", "unknown"))
+    except (ValueError, AttributeError):
+        return "unknown"
+
+
+def _spawn_clusters() -> list[subprocess.Popen[bytes]]:
+    # SKALD_QCLUSTERS: how many qcluster processes (each with SKALD_Q_WORKERS workers) to run here.
+    count = max(1, int(os.environ.get("SKALD_QCLUSTERS", "1") or "1"))
+    return [_spawn_cluster() for _ in range(count)]
+
+
+def _spawn_cluster() -> subprocess.Popen[bytes]:
+    return _spawn([sys.executable, str(BASE_DIR / "manage.py"), "skald_qcluster"])
+
+
+def _stall_seconds() -> float:
+    # The same default as settings.SKALD_WORKERS_STALL_SECONDS (the launcher does not load Django).
+    sweep = float(os.environ.get("SKALD_SWEEP_SECONDS") or 5)
+    return float(os.environ.get("SKALD_WORKERS_STALL_SECONDS") or sweep + 10)
+
+
 def main() -> int:
     _die_with_parent()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "skald.settings")
@@ -196,9 +238,8 @@ def main() -> int:
         daphne = _spawn([sys.executable, "-m", "skald.launcher", "--serve", "-b", host, "-p", port,
                          "skald.asgi:application"])
         children.append(daphne)
-        # SKALD_QCLUSTERS: how many qcluster processes (each with SKALD_Q_WORKERS workers) to run here.
-        for _ in range(max(1, int(os.environ.get("SKALD_QCLUSTERS", "1") or "1"))):
-            children.append(_spawn([sys.executable, str(BASE_DIR / "manage.py"), "qcluster"]))
+        clusters = _spawn_clusters()
+        children += clusters
         children.append(_spawn([sys.executable, str(BASE_DIR / "manage.py"), "skald_sweeper"]))
         display_host = f"[{host}]" if ":" in host else host
         base = f"http://{display_host}:{port}"
@@ -208,11 +249,35 @@ def main() -> int:
                   "A first governed run: log in to the admin as operator, Cases → tick the demo case → "
                   "action \"Launch GDL run\"; then as approver, Pending approvals → approve the diff; then as "
                   "reviewer, Proposals → accept.\nPress Ctrl-C to stop.\n", flush=True)
+        # The watchdog: a cluster whose workers wedged (readiness says so) is replaced, at most once
+        # per stall bound, so the new one has that long to start a task (skald/workers.py).
+        watch_after = time.monotonic() + _stall_seconds()
         while not stopping:
-            for child in children:
-                if child.poll() is not None:
-                    print(f"A child process exited with code {child.returncode}; stopping.", file=sys.stderr)
-                    stopping = crashed = True
+            for child in list(children):
+                if child.poll() is None:
+                    continue
+                if child in clusters and child.returncode == QUEUE_LOST_EXIT and not stopping:
+                    # A worker died idle (skald_qcluster): its queue may be locked; a fresh cluster now.
+                    print("A qcluster worker died idle; the qcluster exited to drop its task queue; "
+                          "restarting the qcluster.", file=sys.stderr, flush=True)
+                    _stop([child], grace=0.0)  # what is left of its group (a worker's own children)
+                    fresh = _spawn_cluster()
+                    clusters[clusters.index(child)] = fresh
+                    children[children.index(child)] = fresh
+                    watch_after = time.monotonic() + _stall_seconds()
+                    continue
+                print(f"A child process exited with code {child.returncode}; stopping.", file=sys.stderr)
+                stopping = crashed = True
+            if not stopping and time.monotonic() >= watch_after:
+                watch_after = time.monotonic() + WATCH_SECONDS
+                if _workers_state(f"{base}/readyz") == "wedged":
+                    print("Workers are wedged: due work waits and no worker started a task; restarting "
+                          "the qcluster.", file=sys.stderr, flush=True)
+                    _stop(clusters, grace=WEDGED_STOP_GRACE_SECONDS)
+                    children = [child for child in children if child not in clusters]
+                    clusters = _spawn_clusters()
+                    children += clusters
+                    watch_after = time.monotonic() + _stall_seconds()
             time.sleep(0.2)
     finally:
         _stop(children)

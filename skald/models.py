@@ -142,3 +142,23 @@ __all__ = [
     "ProviderIdentity", "Run", "RunEnding", "RunStatus", "ScheduledJob", "TokenRevocation", "WorkspaceBlob",
     "WorkspaceFile",
 ]
+
+
+class WorkerBeat(models.Model):
+    """When a django-q2 worker process last started a task, and until when it may be busy with it.
+
+    One row per worker process (``host:pid``), written at each task start and end
+    (``skald.workers``): readiness reads these rows to tell a cluster that makes progress from
+    one whose workers all wait on a lock a killed worker never released (issue 28).
+    """
+
+    worker = models.CharField(max_length=200, unique=True)
+    started_at = models.DateTimeField()
+    busy_until = models.DateTimeField(null=True, blank=True)  # started_at + the task timeout while busy
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [models.Index(fields=["started_at"], name="worker_beat_started")]
+
+    def __str__(self) -> str:
+        return f"{self.worker} started a task at {self.started_at:%Y-%m-%d %H:%M:%S}"

@@ -9,6 +9,7 @@ from channels.layers import get_channel_layer
 from django.db import connection
 
 from skald import provider_config
+from skald.workers import workers_progress
 
 
 def _database() -> str:
@@ -34,23 +35,32 @@ def _channel_layer() -> str:
 
 
 def _workers() -> tuple[str, int]:
+    """``ok``, ``missing`` (no cluster serves), ``wedged`` (clusters serve, yet due work waits and
+    no worker started a task within the bound: ``skald.workers``) or ``unavailable``."""
     try:
-        from django_q.brokers import get_broker
-        from django_q.conf import Conf
-        from django_q.status import Stat
-
-        # A stopped cluster's last stat stays in the cache for a few seconds (and across a restart,
-        # in the file cache under var/): only a cluster that takes tasks counts.
-        serving = {str(Conf.IDLE), str(Conf.WORKING)}
-        clusters = [stat for stat in Stat.get_all(get_broker()) if str(stat.status) in serving]
+        clusters = _serving_clusters()
+        if not clusters:
+            return "missing", 0
+        # A cluster whose workers all wait on a lock a killed worker held still says "idle".
+        return workers_progress(), clusters
     except Exception:  # noqa: BLE001
         return "unavailable", 0
-    return ("ok" if clusters else "missing"), len(clusters)
+
+
+def _serving_clusters() -> int:
+    from django_q.brokers import get_broker
+    from django_q.conf import Conf
+    from django_q.status import Stat
+
+    # A stopped cluster's last stat stays in the cache for a few seconds (and across a restart,
+    # in the file cache under var/): only a cluster that takes tasks counts.
+    serving = {str(Conf.IDLE), str(Conf.WORKING)}
+    return len([stat for stat in Stat.get_all(get_broker()) if str(stat.status) in serving])
 
 
 def readiness_report() -> tuple[bool, dict[str, Any]]:
-    """``(ready, body)``: ready when the database, channel layer and a worker answer and the
-    provider profile is not invalid."""
+    """``(ready, body)``: ready when the database and channel layer answer, a cluster serves and its
+    workers make progress, and the provider profile is not invalid."""
     database = _database()
     layer = _channel_layer()
     workers, clusters = _workers()

@@ -91,10 +91,11 @@ TEMPLATES = [
 
 # --- database -------------------------------------------------------------------------------
 DATABASE_URL = envstr("DATABASE_URL")
-# Which process this is: the pool is sized per process. `manage.py qcluster` is a worker and
-# `manage.py skald_sweeper` the sweeper (both background roles, sized by SKALD_DB_WORKER_POOL_MAX);
+# Which process this is: the pool is sized per process. `manage.py skald_qcluster` (or django-q2's
+# own `qcluster`) is a worker and `manage.py skald_sweeper` the sweeper (both background roles,
+# sized by SKALD_DB_WORKER_POOL_MAX);
 # other entry points (daphne, management commands) count as web.
-_BACKGROUND_COMMANDS = {"qcluster": "worker", "skald_sweeper": "sweeper"}
+_BACKGROUND_COMMANDS = {"skald_qcluster": "worker", "qcluster": "worker", "skald_sweeper": "sweeper"}
 SKALD_ROLE = envstr("SKALD_ROLE") or _BACKGROUND_COMMANDS.get(sys.argv[1] if len(sys.argv) > 1 else "", "web")
 # PostgreSQL connections come from a per-process psycopg pool (Django's built-in pool): server
 # connections are bounded by SKALD_DB_POOL_MAX (web) / SKALD_DB_WORKER_POOL_MAX (each qcluster
@@ -183,6 +184,9 @@ SKALD_CLAIM_STALE_SECONDS = SKALD_TASK_TIMEOUT + 60
 SKALD_LEASE_SECONDS = envint("SKALD_LEASE_SECONDS", 30, minimum=1)
 # How often `manage.py skald_sweeper` (started by `make run`) hands out work nothing is doing.
 SKALD_SWEEP_SECONDS = envint("SKALD_SWEEP_SECONDS", 5, minimum=1)
+# Liveness is progress (issue 28): with work due, some worker must start a task within this many
+# seconds, or readiness reports `workers: wedged` (503) and the supervisors restart the cluster.
+SKALD_WORKERS_STALL_SECONDS = envint("SKALD_WORKERS_STALL_SECONDS", SKALD_SWEEP_SECONDS + 10, minimum=2)
 Q_CLUSTER: dict[str, object] = {
     "name": "skald",
     "workers": envint("SKALD_Q_WORKERS", 2, minimum=1),

@@ -16,7 +16,7 @@ from approvals.tripwires.selectors import tripwire_rule_set
 from loop.ports import Gate
 from loop.providers.base import ToolSpec
 from proposals.services import capture_proposals_on_resolve
-from skald import metrics
+from skald import metrics, workers
 from skald.identity import receivers as identity_receivers
 from skald.loop_adapters.preview import preview_for
 from skald.models import Run
@@ -54,5 +54,6 @@ def install() -> None:
     sockets.tools_offered.append(_record_known)
     sockets.tripwire_rules = tripwire_rule_set
     metrics.register_collector(approval_metrics.collect)
-    identity_receivers.connect()  # sign-in audit and sign-out revocation (skald/identity)
+    identity_receivers.connect()  # sign-in audit and revocation (skald/identity)
+    workers.connect()  # task starts recorded for readiness's progress check (skald/workers)
     _installed = True

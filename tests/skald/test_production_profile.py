@@ -172,7 +172,8 @@ def test_an_invalid_compaction_setting_refuses_to_boot(tmp_path):
 
 
 @pytest.mark.parametrize(("command", "role", "pool_max"), [
-    ("runserver", "web", 10), ("qcluster", "worker", 6), ("skald_sweeper", "sweeper", 6)])
+    ("runserver", "web", 10), ("qcluster", "worker", 6), ("skald_qcluster", "worker", 6),
+    ("skald_sweeper", "sweeper", 6)])
 def test_each_process_names_its_role_on_its_connections_and_sizes_its_pool(tmp_path, command, role, pool_max):
     """`pg_stat_activity` tells the sweeper's connections from the web pool's (the load test counts
     the web role against SKALD_DB_POOL_MAX)."""
