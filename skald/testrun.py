@@ -1,44 +1,81 @@
-"""`make test`: lint contracts, the whole suite on SQLite, then the browser tests beside the
+"""`make test`: lint contracts, the whole suite on SQLite, the browser tests, and the
 database-sensitive tests on PostgreSQL when DATABASE_URL points to one. With CI=true a missing
-PostgreSQL is a failure."""
+PostgreSQL is a failure. `make quick` (``--quick``): the developer's run, timed the same way.
+
+Every phase starts at once and the phases overlap: the suite waits far more than it computes (real
+stacks booting, leases lapsing, Chromium rendering), so on a 2-core machine a phase's waits are the
+others' CPU. The SQLite pass prints as it runs; each other phase's output is printed when it ends.
+docs/testing.md has the phases, the markers and the measured figures.
+"""
 
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO
 
 from skald.core.child_env import hermetic_env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+DURATIONS = ["--durations=25"]  # the slowest tests of each pass, to keep docs/testing.md's table honest
 
 
-# pytest-xdist: one worker per core. `loadgroup` hands each worker tests in collection order, which
-# pytest-django sorted so that flushing (transactional) tests come after the rest on every worker;
-# a module marked xdist_group (the ordered browser journeys on one stack) stays on one worker.
-PARALLEL = ["-n", os.environ.get("SKALD_TEST_WORKERS", "auto"), "--dist", "loadgroup"]
+def _workers(name: str, default: str) -> list[str]:
+    # pytest-xdist. `loadgroup` hands each worker tests in collection order, which pytest-django
+    # sorted so that flushing (transactional) tests come after the rest on every worker; a module
+    # marked xdist_group (one module-scoped real stack) stays on one worker.
+    return ["-n", os.environ.get(name, os.environ.get("SKALD_TEST_WORKERS", default)), "--dist", "loadgroup"]
+
+
+QUICK = ["-q", "-n", "auto", "-m", "not e2e and not browser and not slow", *DURATIONS]
 _timings: list[tuple[str, float]] = []
 _STARTED = time.monotonic()
 
 
-def _run(title: str, argv: list[str], env: dict[str, str]) -> int:
-    print(f"\n=== {title} ===", flush=True)
-    started = time.monotonic()
-    code = subprocess.run(argv, cwd=BASE_DIR, env=env, check=False).returncode
-    _timings.append((title, time.monotonic() - started))
+@dataclass
+class Phase:
+    title: str
+    process: subprocess.Popen[bytes]
+    log: IO[bytes] | None
+    started: float
+
+
+def _start(title: str, argv: list[str], env: dict[str, str], *, live: bool = False) -> Phase:
+    """Start a phase; a ``live`` one prints as it runs, the others into a log printed at the end."""
+    if live:
+        print(f"\n=== {title} ===", flush=True)
+    log = None if live else tempfile.TemporaryFile()
+    process = subprocess.Popen(argv, cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT if log else None)
+    return Phase(title, process, log, time.monotonic())
+
+
+def _finish(phase: Phase) -> int:
+    code = phase.process.wait()
+    _timings.append((phase.title, time.monotonic() - phase.started))
+    if phase.log is not None:
+        print(f"\n=== {phase.title} ===", flush=True)
+        phase.log.seek(0)
+        sys.stdout.buffer.write(phase.log.read())
+        sys.stdout.flush()
+        phase.log.close()
     return code
 
 
 def _print_timings() -> None:
-    print("\nWall time:", flush=True)
+    print("\nWall time (the phases overlap):", flush=True)
     for title, seconds in _timings:
         print(f"  {title:<66} {seconds:7.1f} s", flush=True)
     print(f"  {'total (wall)':<66} {time.monotonic() - _STARTED:7.1f} s", flush=True)
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(f"  {'total (CPU, every process this run waited for)':<66} {used.ru_utime + used.ru_stime:7.1f} s",
+          flush=True)
 
 
 def _postgres_reachable(url: str) -> str:
@@ -52,58 +89,56 @@ def _postgres_reachable(url: str) -> str:
         return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
+def quick(extra_args: list[str]) -> int:
+    phase = _start("make quick: SQLite, no e2e, browser or slow tests", [sys.executable, "-m", "pytest", *QUICK,
+                                                                        *extra_args], hermetic_env(), live=True)
+    code = _finish(phase)
+    _print_timings()
+    return code
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["--quick"]:
+        return quick(sys.argv[2:])
     ci = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
     database_url = os.environ.get("DATABASE_URL", "")
     extra_args = sys.argv[1:]
     failures: list[str] = []
+    background: list[Phase] = []
+    pytest = [sys.executable, "-m", "pytest", *DURATIONS]
 
-    if _run("ruff", [str(BIN / "ruff"), "check", "--quiet", "."], hermetic_env()) != 0:
-        failures.append("ruff")
-    if _run("import contracts", [str(BIN / "lint-imports"), "--no-cache"], hermetic_env()) != 0:
-        failures.append("import contracts")
-
-    if _run("mypy", [str(BIN / "mypy"), "loop", "skald", "approvals", "proposals", "audit"], hermetic_env()) != 0:
-        failures.append("mypy")
-    if _run("pytest on SQLite", [sys.executable, "-m", "pytest", *PARALLEL, "-m", "not browser", *extra_args],
-            hermetic_env()) != 0:
-        failures.append("pytest on SQLite")
-    # PostgreSQL's pass starts beside the browser phase: the browser tests mostly wait on their
-    # stacks and Chromium, so the two overlap on a 2-core machine. Its output is printed after.
-    postgres: tuple[subprocess.Popen[bytes], Any, float] | None = None
+    # PostgreSQL's pass first: its crash campaign is the longest chain of waits.
     if database_url.startswith(("postgres://", "postgresql://")):
         problem = _postgres_reachable(database_url)
         if problem:
             print(f"PostgreSQL at DATABASE_URL is not reachable: {problem}", flush=True)
             failures.append("PostgreSQL unreachable")
         else:
-            log = tempfile.TemporaryFile()
-            postgres = (subprocess.Popen([sys.executable, "-m", "pytest", *PARALLEL, "-m", "db_sensitive", *extra_args],
-                                         cwd=BASE_DIR, env=hermetic_env(DATABASE_URL=database_url), stdout=log,
-                                         stderr=subprocess.STDOUT), log, time.monotonic())
+            background.append(_start("database-sensitive tests on PostgreSQL",
+                                     [*pytest, *_workers("SKALD_PG_WORKERS", "2"), "-m", "db_sensitive",
+                                      *extra_args], hermetic_env(DATABASE_URL=database_url)))
     elif ci:
         print("CI=true but DATABASE_URL does not point to PostgreSQL: refusing to skip.", flush=True)
         failures.append("PostgreSQL missing in CI")
     else:
         print("\nDATABASE_URL is not set: the PostgreSQL pass did not run (set it to include it).", flush=True)
 
-    # The browser journeys share one stack per module and run in order: one process, after the rest.
-    if _run("browser tests (headless Chromium)", [sys.executable, "-m", "pytest", "-n", "0", "-m", "browser",
-                                                  *extra_args], hermetic_env()) != 0:
-        failures.append("browser tests")
+    # Each browser module is an xdist_group: its journeys share one stack and run in order on one
+    # worker, and two workers take the modules between them.
+    background.append(_start("browser tests (headless Chromium)", [*pytest, *_workers("SKALD_BROWSER_WORKERS", "2"),
+                                                                   "-m", "browser", *extra_args], hermetic_env()))
+    background.append(_start("ruff", [str(BIN / "ruff"), "check", "--quiet", "."], hermetic_env()))
+    background.append(_start("import contracts", [str(BIN / "lint-imports"), "--no-cache"], hermetic_env()))
+    background.append(_start("mypy", [str(BIN / "mypy"), "loop", "skald", "approvals", "proposals", "audit"],
+                             hermetic_env()))
 
-    if postgres is not None:
-        process, log, started = postgres
-        code = process.wait()
-        _timings.append(("database-sensitive tests on PostgreSQL (beside the browser tests)",
-                         time.monotonic() - started))
-        print("\n=== database-sensitive tests on PostgreSQL ===", flush=True)
-        log.seek(0)
-        sys.stdout.buffer.write(log.read())
-        sys.stdout.flush()
-        log.close()
-        if code != 0:
-            failures.append("pytest on PostgreSQL")
+    sqlite = _start("pytest on SQLite", [*pytest, *_workers("SKALD_SQLITE_WORKERS", "3"), "-m", "not browser",
+                                         *extra_args], hermetic_env(), live=True)
+    if _finish(sqlite) != 0:
+        failures.append("pytest on SQLite")
+    for phase in background:
+        if _finish(phase) != 0:
+            failures.append(phase.title)
 
     _print_timings()
     if failures:

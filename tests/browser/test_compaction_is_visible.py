@@ -16,7 +16,7 @@ from tests.browser.conftest import Admin
 from tests.browser.test_governed_run_in_the_admin import launch_run
 from tests.e2e.stack import Stack, launch
 
-pytestmark = [pytest.mark.browser, pytest.mark.e2e]
+pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.xdist_group("compaction-is-visible")]
 
 RUN_TIMEOUT = 90.0  # a hang guard for worker-driven steps on a loaded machine, never a time assertion
 TICKET = "Checkout returns 502 since the 09:10 deploy; TimeoutError in /srv/checkout/pool.py, ticket OPS-4412."
