@@ -23,7 +23,9 @@ from skald.models import Run, RunStatus
 from skald.sessions.workspace import read_current
 from tests.conftest import make_user
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
+# Not db_sensitive: a feature flow through the ORM paths that tests/loop (store, driver, recovery) and
+# the race tests already run on PostgreSQL; it issues no SQL, lock or race of its own.
+pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
@@ -275,6 +277,7 @@ def test_an_operator_stops_a_parked_run_and_its_approval_is_cancelled(alice, api
     assert events[-1]["kind"] == "control:exchange_settled" and events[-1]["payload"] == {"outcome": "canceled"}
 
 
+@pytest.mark.db_sensitive  # a cancelled view's query finishing in its thread, on its own connection
 def test_a_client_that_goes_away_ends_the_wait_and_never_the_run(alice, world, provider, settings, monkeypatch):
     """Through the real ASGI handler: the client disconnects while the launch waits."""
     import asyncio
