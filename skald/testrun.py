@@ -35,7 +35,7 @@ def _workers(name: str, default: str) -> list[str]:
 
 
 QUICK = ["-q", "-n", "auto", "-m", "not e2e and not browser and not slow", *DURATIONS]
-_timings: list[tuple[str, float]] = []
+_timings: list[tuple[str, float, float | None]] = []  # title, wall seconds, CPU seconds
 _STARTED = time.monotonic()
 
 
@@ -56,9 +56,17 @@ def _start(title: str, argv: list[str], env: dict[str, str], *, live: bool = Fal
     return Phase(title, process, log, time.monotonic())
 
 
+def _cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
 def _finish(phase: Phase) -> int:
+    # A phase's process tree is reaped here and nowhere else: the growth of the children's CPU across
+    # this wait is that phase's CPU (its descendants' included, each reaped by its parent).
+    before = _cpu()
     code = phase.process.wait()
-    _timings.append((phase.title, time.monotonic() - phase.started))
+    _timings.append((phase.title, time.monotonic() - phase.started, _cpu() - before))
     if phase.log is not None:
         print(f"\n=== {phase.title} ===", flush=True)
         phase.log.seek(0)
@@ -69,13 +77,11 @@ def _finish(phase: Phase) -> int:
 
 
 def _print_timings() -> None:
-    print("\nWall time (the phases overlap):", flush=True)
-    for title, seconds in _timings:
-        print(f"  {title:<66} {seconds:7.1f} s", flush=True)
-    print(f"  {'total (wall)':<66} {time.monotonic() - _STARTED:7.1f} s", flush=True)
-    used = resource.getrusage(resource.RUSAGE_CHILDREN)
-    print(f"  {'total (CPU, every process this run waited for)':<66} {used.ru_utime + used.ru_stime:7.1f} s",
-          flush=True)
+    print(f"\n  {'phase (they overlap)':<58} {'wall':>9} {'CPU':>9}", flush=True)
+    for title, seconds, cpu in _timings:
+        shown = f"{cpu:7.1f} s" if cpu is not None else ""
+        print(f"  {title:<58} {seconds:7.1f} s {shown:>9}", flush=True)
+    print(f"  {'total':<58} {time.monotonic() - _STARTED:7.1f} s {_cpu():7.1f} s", flush=True)
 
 
 def _postgres_reachable(url: str) -> str:
@@ -96,7 +102,7 @@ def _byte_compile() -> None:
     started = time.monotonic()
     subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", "loop", "skald", "approvals", "proposals",
                     "audit", "tests"], cwd=BASE_DIR, env=hermetic_env(), stdout=subprocess.DEVNULL, check=False)
-    _timings.append(("byte-compile the sources", time.monotonic() - started))
+    _timings.append(("byte-compile the sources", time.monotonic() - started, None))
 
 
 def quick(extra_args: list[str]) -> int:
