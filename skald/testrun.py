@@ -15,6 +15,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,19 @@ class Phase:
     process: subprocess.Popen[bytes]
     log: IO[bytes] | None
     started: float
+    ended: float = 0.0
+    cpu: float = 0.0
+    code: int = 0
+    reaper: threading.Thread | None = None
+
+    def reap(self) -> None:
+        """Wait for the phase's process as soon as it ends: its own wall time, and its tree's CPU
+        (``wait4`` reports the process's and every descendant's it waited for)."""
+        _, status, usage = os.wait4(self.process.pid, 0)
+        self.ended = time.monotonic()
+        self.cpu = usage.ru_utime + usage.ru_stime
+        self.code = os.waitstatus_to_exitcode(status)
+        self.process.returncode = self.code
 
 
 def _start(title: str, argv: list[str], env: dict[str, str], *, live: bool = False) -> Phase:
@@ -53,7 +67,10 @@ def _start(title: str, argv: list[str], env: dict[str, str], *, live: bool = Fal
         print(f"\n=== {title} ===", flush=True)
     log = None if live else tempfile.TemporaryFile()
     process = subprocess.Popen(argv, cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT if log else None)
-    return Phase(title, process, log, time.monotonic())
+    phase = Phase(title, process, log, time.monotonic())
+    phase.reaper = threading.Thread(target=phase.reap, daemon=True)
+    phase.reaper.start()
+    return phase
 
 
 def _cpu() -> float:
@@ -62,18 +79,16 @@ def _cpu() -> float:
 
 
 def _finish(phase: Phase) -> int:
-    # A phase's process tree is reaped here and nowhere else: the growth of the children's CPU across
-    # this wait is that phase's CPU (its descendants' included, each reaped by its parent).
-    before = _cpu()
-    code = phase.process.wait()
-    _timings.append((phase.title, time.monotonic() - phase.started, _cpu() - before))
+    assert phase.reaper is not None
+    phase.reaper.join()
+    _timings.append((phase.title, phase.ended - phase.started, phase.cpu))
     if phase.log is not None:
         print(f"\n=== {phase.title} ===", flush=True)
         phase.log.seek(0)
         sys.stdout.buffer.write(phase.log.read())
         sys.stdout.flush()
         phase.log.close()
-    return code
+    return phase.code
 
 
 def _print_timings() -> None:
