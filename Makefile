@@ -24,7 +24,7 @@ test: $(STAMP)
 # A developer's quick run: SQLite, no browser, real-stack or slow tests (child processes, the API
 # contract's generated requests), property tests at a twentieth. `make test` runs them all.
 quick: $(STAMP)
-	@$(PY) -m pytest -q -n auto -m "not e2e and not browser and not slow"
+	@$(PY) -m skald.testrun --quick
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

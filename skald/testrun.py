@@ -1,44 +1,102 @@
-"""`make test`: lint contracts, the whole suite on SQLite, then the browser tests beside the
+"""`make test`: lint contracts, the whole suite on SQLite, the browser tests, and the
 database-sensitive tests on PostgreSQL when DATABASE_URL points to one. With CI=true a missing
-PostgreSQL is a failure."""
+PostgreSQL is a failure. `make quick` (``--quick``): the developer's run, timed the same way.
+
+Every phase starts at once and the phases overlap: the suite waits far more than it computes (real
+stacks booting, leases lapsing, Chromium rendering), so on a 2-core machine a phase's waits are the
+others' CPU. The SQLite pass prints as it runs; each other phase's output is printed when it ends.
+docs/testing.md has the phases, the markers and the measured figures.
+"""
 
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO
 
 from skald.core.child_env import hermetic_env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+DURATIONS = ["--durations=25"]  # the slowest tests of each pass, to keep docs/testing.md's table honest
 
 
-# pytest-xdist: one worker per core. `loadgroup` hands each worker tests in collection order, which
-# pytest-django sorted so that flushing (transactional) tests come after the rest on every worker;
-# a module marked xdist_group (the ordered browser journeys on one stack) stays on one worker.
-PARALLEL = ["-n", os.environ.get("SKALD_TEST_WORKERS", "auto"), "--dist", "loadgroup"]
-_timings: list[tuple[str, float]] = []
+def _workers(name: str, default: str) -> list[str]:
+    # pytest-xdist. `loadgroup` hands each worker tests in collection order, which pytest-django
+    # sorted so that flushing (transactional) tests come after the rest on every worker; a module
+    # marked xdist_group (one module-scoped real stack) stays on one worker.
+    return ["-n", os.environ.get(name, os.environ.get("SKALD_TEST_WORKERS", default)), "--dist", "loadgroup"]
+
+
+QUICK = ["-q", "-n", "auto", "-m", "not e2e and not browser and not slow", *DURATIONS]
+_timings: list[tuple[str, float, float | None]] = []  # title, wall seconds, CPU seconds
 _STARTED = time.monotonic()
 
 
-def _run(title: str, argv: list[str], env: dict[str, str]) -> int:
-    print(f"\n=== {title} ===", flush=True)
-    started = time.monotonic()
-    code = subprocess.run(argv, cwd=BASE_DIR, env=env, check=False).returncode
-    _timings.append((title, time.monotonic() - started))
-    return code
+@dataclass
+class Phase:
+    title: str
+    process: subprocess.Popen[bytes]
+    log: IO[bytes] | None
+    started: float
+    ended: float = 0.0
+    cpu: float = 0.0
+    code: int = 0
+    reaper: threading.Thread | None = None
+
+    def reap(self) -> None:
+        """Wait for the phase's process as soon as it ends: its own wall time, and its tree's CPU
+        (``wait4`` reports the process's and every descendant's it waited for)."""
+        _, status, usage = os.wait4(self.process.pid, 0)
+        self.ended = time.monotonic()
+        self.cpu = usage.ru_utime + usage.ru_stime
+        self.code = os.waitstatus_to_exitcode(status)
+        self.process.returncode = self.code
+
+
+def _start(title: str, argv: list[str], env: dict[str, str], *, live: bool = False) -> Phase:
+    """Start a phase; a ``live`` one prints as it runs, the others into a log printed at the end."""
+    if live:
+        print(f"\n=== {title} ===", flush=True)
+    log = None if live else tempfile.TemporaryFile()
+    process = subprocess.Popen(argv, cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT if log else None)
+    phase = Phase(title, process, log, time.monotonic())
+    phase.reaper = threading.Thread(target=phase.reap, daemon=True)
+    phase.reaper.start()
+    return phase
+
+
+def _cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def _finish(phase: Phase) -> int:
+    assert phase.reaper is not None
+    phase.reaper.join()
+    _timings.append((phase.title, phase.ended - phase.started, phase.cpu))
+    if phase.log is not None:
+        print(f"\n=== {phase.title} ===", flush=True)
+        phase.log.seek(0)
+        sys.stdout.buffer.write(phase.log.read())
+        sys.stdout.flush()
+        phase.log.close()
+    return phase.code
 
 
 def _print_timings() -> None:
-    print("\nWall time:", flush=True)
-    for title, seconds in _timings:
-        print(f"  {title:<66} {seconds:7.1f} s", flush=True)
-    print(f"  {'total (wall)':<66} {time.monotonic() - _STARTED:7.1f} s", flush=True)
+    print(f"\n  {'phase (they overlap)':<58} {'wall':>9} {'CPU':>9}", flush=True)
+    for title, seconds, cpu in _timings:
+        shown = f"{cpu:7.1f} s" if cpu is not None else ""
+        print(f"  {title:<58} {seconds:7.1f} s {shown:>9}", flush=True)
+    print(f"  {'total':<58} {time.monotonic() - _STARTED:7.1f} s {_cpu():7.1f} s", flush=True)
 
 
 def _postgres_reachable(url: str) -> str:
@@ -52,58 +110,68 @@ def _postgres_reachable(url: str) -> str:
         return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
+def _byte_compile() -> None:
+    """Write the sources' bytecode once. The suite starts some hundreds of Python processes (real
+    stacks, crash workers, manage.py); where PYTHONDONTWRITEBYTECODE is set none of them keeps what it
+    compiled, so each compiled every Skald module it imported again (~0.1 s CPU per process)."""
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", "loop", "skald", "approvals", "proposals",
+                    "audit", "tests"], cwd=BASE_DIR, env=hermetic_env(), stdout=subprocess.DEVNULL, check=False)
+    _timings.append(("byte-compile the sources", time.monotonic() - started, None))
+
+
+def quick(extra_args: list[str]) -> int:
+    _byte_compile()
+    phase = _start("make quick: SQLite, no e2e, browser or slow tests", [sys.executable, "-m", "pytest", *QUICK,
+                                                                        *extra_args], hermetic_env(), live=True)
+    code = _finish(phase)
+    _print_timings()
+    return code
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["--quick"]:
+        return quick(sys.argv[2:])
     ci = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
     database_url = os.environ.get("DATABASE_URL", "")
     extra_args = sys.argv[1:]
     failures: list[str] = []
+    background: list[Phase] = []
+    pytest = [sys.executable, "-m", "pytest", *DURATIONS]
+    _byte_compile()
 
-    if _run("ruff", [str(BIN / "ruff"), "check", "--quiet", "."], hermetic_env()) != 0:
-        failures.append("ruff")
-    if _run("import contracts", [str(BIN / "lint-imports"), "--no-cache"], hermetic_env()) != 0:
-        failures.append("import contracts")
-
-    if _run("mypy", [str(BIN / "mypy"), "loop", "skald", "approvals", "proposals", "audit"], hermetic_env()) != 0:
-        failures.append("mypy")
-    if _run("pytest on SQLite", [sys.executable, "-m", "pytest", *PARALLEL, "-m", "not browser", *extra_args],
-            hermetic_env()) != 0:
-        failures.append("pytest on SQLite")
-    # PostgreSQL's pass starts beside the browser phase: the browser tests mostly wait on their
-    # stacks and Chromium, so the two overlap on a 2-core machine. Its output is printed after.
-    postgres: tuple[subprocess.Popen[bytes], Any, float] | None = None
+    # PostgreSQL's pass first: its crash campaign is the longest chain of waits.
     if database_url.startswith(("postgres://", "postgresql://")):
         problem = _postgres_reachable(database_url)
         if problem:
             print(f"PostgreSQL at DATABASE_URL is not reachable: {problem}", flush=True)
             failures.append("PostgreSQL unreachable")
         else:
-            log = tempfile.TemporaryFile()
-            postgres = (subprocess.Popen([sys.executable, "-m", "pytest", *PARALLEL, "-m", "db_sensitive", *extra_args],
-                                         cwd=BASE_DIR, env=hermetic_env(DATABASE_URL=database_url), stdout=log,
-                                         stderr=subprocess.STDOUT), log, time.monotonic())
+            background.append(_start("database-sensitive tests on PostgreSQL",
+                                     [*pytest, *_workers("SKALD_PG_WORKERS", "2"), "-m", "db_sensitive",
+                                      *extra_args], hermetic_env(DATABASE_URL=database_url)))
     elif ci:
         print("CI=true but DATABASE_URL does not point to PostgreSQL: refusing to skip.", flush=True)
         failures.append("PostgreSQL missing in CI")
     else:
         print("\nDATABASE_URL is not set: the PostgreSQL pass did not run (set it to include it).", flush=True)
 
-    # The browser journeys share one stack per module and run in order: one process, after the rest.
-    if _run("browser tests (headless Chromium)", [sys.executable, "-m", "pytest", "-n", "0", "-m", "browser",
-                                                  *extra_args], hermetic_env()) != 0:
-        failures.append("browser tests")
+    # Each browser module is an xdist_group: its journeys share one stack and run in order on one
+    # worker, and two workers take the modules between them.
+    background.append(_start("browser tests (headless Chromium)", [*pytest, *_workers("SKALD_BROWSER_WORKERS", "2"),
+                                                                   "-m", "browser", *extra_args], hermetic_env()))
+    background.append(_start("ruff", [str(BIN / "ruff"), "check", "--quiet", "."], hermetic_env()))
+    background.append(_start("import contracts", [str(BIN / "lint-imports"), "--no-cache"], hermetic_env()))
+    background.append(_start("mypy", [str(BIN / "mypy"), "loop", "skald", "approvals", "proposals", "audit"],
+                             hermetic_env()))
 
-    if postgres is not None:
-        process, log, started = postgres
-        code = process.wait()
-        _timings.append(("database-sensitive tests on PostgreSQL (beside the browser tests)",
-                         time.monotonic() - started))
-        print("\n=== database-sensitive tests on PostgreSQL ===", flush=True)
-        log.seek(0)
-        sys.stdout.buffer.write(log.read())
-        sys.stdout.flush()
-        log.close()
-        if code != 0:
-            failures.append("pytest on PostgreSQL")
+    sqlite = _start("pytest on SQLite", [*pytest, *_workers("SKALD_SQLITE_WORKERS", "3"), "-m", "not browser",
+                                         *extra_args], hermetic_env(), live=True)
+    if _finish(sqlite) != 0:
+        failures.append("pytest on SQLite")
+    for phase in background:
+        if _finish(phase) != 0:
+            failures.append(phase.title)
 
     _print_timings()
     if failures:

@@ -15,7 +15,9 @@ from loop.providers.loopback import text_turn, tool_turn
 from skald.core import clock
 from skald.sessions.services import session_message_submit
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
+# Not db_sensitive: a feature flow through the ORM paths that tests/loop (store, driver, recovery) and
+# the race tests already run on PostgreSQL; it issues no SQL, lock or race of its own.
+pytestmark = [pytest.mark.django_db(transaction=True)]
 
 WRITE = ("write_file", {"path": "reports/findings.md", "content": "# Findings\npool exhausted\n"})
 

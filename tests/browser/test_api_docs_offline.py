@@ -24,7 +24,7 @@ from skald.core.api.schema import TAGS
 from tests.browser.conftest import CHROMEDRIVER, chromium_options
 from tests.e2e.stack import Stack
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("api-docs-offline")]
 WAIT = 30.0  # the bundles are megabytes: parsing them on a shared CI core takes a while
 OFFLINE_FLAGS = (
     "--proxy-server=http://127.0.0.1:9",  # nothing listens on the discard port; loopback bypasses proxies

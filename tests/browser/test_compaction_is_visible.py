@@ -16,7 +16,7 @@ from tests.browser.conftest import Admin
 from tests.browser.test_governed_run_in_the_admin import launch_run
 from tests.e2e.stack import Stack, launch
 
-pytestmark = [pytest.mark.browser, pytest.mark.e2e]
+pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.xdist_group("compaction-is-visible")]
 
 RUN_TIMEOUT = 90.0  # a hang guard for worker-driven steps on a loaded machine, never a time assertion
 TICKET = "Checkout returns 502 since the 09:10 deploy; TimeoutError in /srv/checkout/pool.py, ticket OPS-4412."
@@ -40,18 +40,20 @@ def test_the_admin_timeline_and_the_console_show_each_compaction(chromium, compa
     admin.login("operator")
     run_id = launch_run(admin, TICKET, "compaction-launch")
 
-    # The run parks at its gated write; by then its window has been compacted.
+    # The run parks at its gated write; by then its window has been compacted. The texts are read in
+    # the probe (reload_until retries a stale one): the live timeline may swap its elements out
+    # between a find and a read.
     def compaction_entries():
         entries = admin.driver.find_elements(By.CSS_SELECTOR, "#timeline [data-compaction=compaction]")
         probes = admin.driver.find_elements(By.CSS_SELECTOR, "#timeline [data-compaction=probe]")
-        return (entries, probes) if entries and probes else None
+        return ([e.text for e in entries], [p.text for p in probes]) if entries and probes else None
 
     entries, probes = admin.reload_until(compaction_entries, timeout=RUN_TIMEOUT, what="a compaction in the timeline")
-    first = entries[0].text
+    first = entries[0]
     assert "Compaction #1" in first and re.search(r"covered seq \d+\u2013\d+", first)
     assert "verbatim tail from seq" in first
     assert "Summary of the earlier conversation" in first and "OPS-4412" in first  # the ticket's intent kept
-    assert re.search(r"Probe score: \d+‰ lost", probes[0].text)
+    assert re.search(r"Probe score: \d+‰ lost", probes[0])
     admin.screenshot("run-timeline-compaction")
 
     # The console: the run's session shows the compaction marker inline, with its probe score.

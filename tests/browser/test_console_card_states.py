@@ -21,7 +21,7 @@ from selenium.webdriver.support.wait import WebDriverWait
 from tests.browser.conftest import Admin
 from tests.e2e.stack import Stack, launch
 
-pytestmark = [pytest.mark.browser, pytest.mark.e2e]
+pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.xdist_group("console-card-states")]
 
 WORKER_WAIT = 90.0  # a hang guard for steps a qcluster worker drives, not a time assertion
 

@@ -30,7 +30,7 @@ from tests.loop.providers.fake_openai_server import (
     tool_call_chunks,
 )
 
-pytestmark = [pytest.mark.browser, pytest.mark.e2e]
+pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.xdist_group("console-delegation")]
 
 WORKER_WAIT = 90.0  # steps a qcluster worker drives: generous, the suite shares two cores with other stacks
 

@@ -13,7 +13,7 @@ from selenium.webdriver.common.by import By
 from tests.browser.conftest import Admin
 from tests.e2e.stack import Stack
 
-pytestmark = [pytest.mark.browser, pytest.mark.e2e]
+pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.xdist_group("console-streams-a-session")]
 
 
 def test_the_console_streams_a_run_and_resolves_its_approval_from_the_card(

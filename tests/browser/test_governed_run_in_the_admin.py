@@ -21,7 +21,7 @@ from skald.models import RunStatus
 from tests.browser.conftest import Admin
 from tests.e2e.stack import Stack, wait_for
 
-pytestmark = [pytest.mark.browser, pytest.mark.e2e]
+pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.xdist_group("governed-run-in-the-admin")]
 
 RUN_TIMEOUT = 30.0
 FIRST_TICKET = "Checkout returns 502 since the 09:10 deploy; customers cannot pay."

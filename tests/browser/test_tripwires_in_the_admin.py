@@ -8,7 +8,7 @@ import pytest
 from tests.browser.conftest import Admin
 from tests.loop.tripwire_corpus import fakes
 
-pytestmark = [pytest.mark.browser, pytest.mark.e2e]
+pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.xdist_group("tripwires-in-the-admin")]
 
 PATTERNS = "/admin/approvals/tripwirepattern/"
 

@@ -14,24 +14,30 @@ from collections.abc import Iterator
 import pytest
 from django.db import connection
 
-from tests.e2e.crash import CASES, Database, crash_once, database, violations
+from tests.e2e.crash import CASES, Database, crash_once, database, forked_children, violations
 from tests.e2e.crash_stack import CASES as STACK_CASES
 from tests.e2e.crash_stack import crash_once as stack_crash_once
 from tests.loop.providers.fake_openai_server import FakeOpenAIServer
 
-pytestmark = [pytest.mark.e2e, pytest.mark.db_sensitive]
+# The kernel's crash points run on both databases (db_sensitive). The real-stack points run on one:
+# what they add over the kernel's (daphne, the qcluster, the sweeper restarting and recovering on
+# their own) does not depend on the database, and each costs three stack boots; the row locks and
+# lease claims a recovery takes on PostgreSQL are the kernel cases' and tests/skald/test_races.py's.
+pytestmark = [pytest.mark.e2e]
 
 
 @pytest.fixture(scope="module")
 def crash_db() -> Iterator[Database]:
-    if connection.vendor == "postgresql":
-        with database("postgresql", os.environ["DATABASE_URL"]) as db:
-            yield db
-    else:
-        with database("sqlite") as db:
-            yield db
+    with forked_children():  # the same worker processes, started from a pre-imported fork server
+        if connection.vendor == "postgresql":
+            with database("postgresql", os.environ["DATABASE_URL"]) as db:
+                yield db
+        else:
+            with database("sqlite") as db:
+                yield db
 
 
+@pytest.mark.db_sensitive
 @pytest.mark.parametrize(("scenario", "point"), CASES, ids=[f"{s}:{p}" for s, p in CASES])
 def test_a_worker_killed_at_the_point_loses_nothing_and_recovery_settles_it(crash_db, scenario, point):
     report = crash_once(crash_db, scenario, point)

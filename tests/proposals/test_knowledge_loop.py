@@ -10,7 +10,9 @@ from loop.providers.loopback import text_turn, tool_turn
 from proposals.models import Proposal
 from proposals.services import capture_proposals_on_resolve
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
+# Not db_sensitive: a feature flow through the ORM paths that tests/loop (store, driver, recovery) and
+# the race tests already run on PostgreSQL; it issues no SQL, lock or race of its own.
+pytestmark = [pytest.mark.django_db(transaction=True)]
 
 TITLE = "Connection pool exhaustion causes checkout 502s"
 PROPOSE = ("propose_knowledge", {"title": TITLE, "body": "Raise the DB pool to 40; alert on pool wait > 200 ms."})

@@ -18,7 +18,9 @@ from skald.loop_adapters.runtime import build_env
 from skald.models import Agent
 from skald.sessions.services import session_create, session_message_submit
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
+# Not db_sensitive: a feature flow through the ORM paths that tests/loop (store, driver, recovery) and
+# the race tests already run on PostgreSQL; it issues no SQL, lock or race of its own.
+pytestmark = [pytest.mark.django_db(transaction=True)]
 
 TICKETS = [
     "checkout-api returns HTTP 503 since release 4.18.2; see /var/log/checkout/app.log",

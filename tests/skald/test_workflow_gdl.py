@@ -23,7 +23,9 @@ from skald.models import Run, RunStatus
 from skald.sessions.workspace import read_current
 from tests.conftest import make_user
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
+# Not db_sensitive: a feature flow through the ORM paths that tests/loop (store, driver, recovery) and
+# the race tests already run on PostgreSQL; it issues no SQL, lock or race of its own.
+pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
@@ -275,17 +277,38 @@ def test_an_operator_stops_a_parked_run_and_its_approval_is_cancelled(alice, api
     assert events[-1]["kind"] == "control:exchange_settled" and events[-1]["payload"] == {"outcome": "canceled"}
 
 
-def test_a_client_that_goes_away_ends_the_wait_and_never_the_run(alice, world, provider, settings):
+@pytest.mark.db_sensitive  # a cancelled view's query finishing in its thread, on its own connection
+def test_a_client_that_goes_away_ends_the_wait_and_never_the_run(alice, world, provider, settings, monkeypatch):
     """Through the real ASGI handler: the client disconnects while the launch waits."""
     import asyncio
     import json as jsonlib
+    import threading
 
     from asgiref.sync import sync_to_async
     from django.db import connections
     from rest_framework_simplejwt.tokens import RefreshToken
 
     from skald.asgi import application
+    from skald.workflow import views
 
+    # Barriers, not sleeps: the client leaves once the view polls the run's status (it is waiting),
+    # and the test goes on once no status query is still running in its thread.
+    polling, idle = threading.Event(), threading.Condition()
+    in_flight = [0]
+    run_status = views._run_status
+
+    def counted_run_status(run_id: int) -> str:
+        with idle:
+            in_flight[0] += 1
+        try:
+            return run_status(run_id)
+        finally:
+            with idle:
+                in_flight[0] -= 1
+                idle.notify_all()
+            polling.set()
+
+    monkeypatch.setattr(views, "_run_status", counted_run_status)
     settings.SKALD_SYNC_TASKS = False  # no worker: the launch would wait its full 25 s
     token = str(RefreshToken.for_user(alice).access_token)
     body = jsonlib.dumps({"ticket": "502s"}).encode()
@@ -303,8 +326,8 @@ def test_a_client_that_goes_away_ends_the_wait_and_never_the_run(alice, world, p
         async def receive() -> dict:
             if messages:
                 return messages.pop(0)
-            await asyncio.sleep(0.5)  # the client waits a little, then goes away
-            return {"type": "http.disconnect"}
+            assert await asyncio.to_thread(polling.wait, 30), "the view never started waiting"
+            return {"type": "http.disconnect"}  # the client goes away while the view waits
 
         async def send(message: dict) -> None:
             sent.append(message)
@@ -312,7 +335,9 @@ def test_a_client_that_goes_away_ends_the_wait_and_never_the_run(alice, world, p
         # A hang guard only: a view that ignored the disconnect would answer after its full wait,
         # and the assertion below would see that answer.
         await asyncio.wait_for(application(scope, receive, send), timeout=60)
-        await asyncio.sleep(0.3)  # a cancelled view's last query may still be finishing in its thread
+        # A cancelled view's last query may still be finishing in its thread: wait until none runs.
+        with idle:
+            assert idle.wait_for(lambda: in_flight[0] == 0, timeout=30)
         await sync_to_async(connections.close_all)()  # the handler's thread keeps a connection
 
     asyncio.run(scenario())

@@ -50,6 +50,9 @@ class SSEResponse:
         delay: seconds to wait before each chunk (a slow model), or one value per chunk.
         headers_delay: seconds to wait before sending the status line and headers.
         drop_after: abort the connection (no terminating chunk, no TLS close) after this many chunks.
+        hold: before the last chunk, keep the stream open (SSE comments, which a client ignores)
+            until this event is set or the client hangs up: a model that never finishes its turn
+            unless the test says so. The server's ``holding`` event is set while it waits.
     """
 
     chunks: Sequence[dict[str, Any] | str]
@@ -57,6 +60,7 @@ class SSEResponse:
     delay: float | Sequence[float] = 0.0
     headers_delay: float = 0.0
     drop_after: int | None = None
+    hold: threading.Event | None = None
 
 
 @dataclass(frozen=True)
@@ -224,6 +228,13 @@ class FakeOpenAIServer:
         self._lock = threading.Lock()
         self.stopping = threading.Event()
         self.client_gone = threading.Event()
+        # Barriers and counters for tests that must not read a clock: ``stalled`` is set when the
+        # server starts a scripted wait (a delay or a hold), ``holding`` while a ``hold`` keeps a
+        # stream open; ``headers_sent`` and ``chunks_sent`` count what reached the wire.
+        self.stalled = threading.Event()
+        self.holding = threading.Event()
+        self.headers_sent = 0
+        self.chunks_sent = 0
         self._ca = trustme.CA()
         self._cert = self._ca.issue_cert(*cert_hosts)
         self._dir = tempfile.mkdtemp(prefix="fake-openai-")
@@ -299,7 +310,18 @@ class FakeOpenAIServer:
 
     def sleep(self, seconds: float) -> bool:
         """Wait unless the server is stopping; True when it is."""
-        return self.stopping.wait(seconds) if seconds > 0 else self.stopping.is_set()
+        if seconds <= 0:
+            return self.stopping.is_set()
+        self.stalled.set()
+        return self.stopping.wait(seconds)
+
+    def reset_counters(self) -> None:
+        """Forget the barriers and counters (a module-scoped server between tests)."""
+        self.client_gone.clear()
+        self.stalled.clear()
+        self.holding.clear()
+        with self._lock:
+            self.headers_sent = self.chunks_sent = 0
 
     def profile_env(self, root: Path) -> dict[str, str]:
         """The deployment profile that points a Skald stack at this server, as an operator sets it:
@@ -395,14 +417,21 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.flush()
+        with fake._lock:
+            fake.headers_sent += 1
+        last = len(response.chunks) - 1
         for sent, item in enumerate(response.chunks):
             if response.drop_after is not None and sent >= response.drop_after:
                 self._abort()
                 return
             if fake.sleep(_delay(response.delay, sent)):
                 return
+            if sent == last and response.hold is not None and self._hold(response.hold, fake):
+                return
             payload = item if isinstance(item, str) else json.dumps(item)
             self._chunk(f"data: {payload}\n\n".encode())
+            with fake._lock:
+                fake.chunks_sent += 1
         if response.drop_after is not None and response.drop_after >= len(response.chunks):
             self._abort()
             return
@@ -410,6 +439,20 @@ class _Handler(BaseHTTPRequestHandler):
             self._chunk(b"data: [DONE]\n\n")
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
+
+    def _hold(self, release: threading.Event, fake: FakeOpenAIServer) -> bool:
+        """Keep the stream open until ``release``; True when the server stops first. A client that
+        hangs up meanwhile makes a comment write fail (OSError: ``client_gone``)."""
+        fake.stalled.set()
+        fake.holding.set()
+        try:
+            while not release.wait(0.02):  # the comment's cadence only decides how soon a hang-up shows
+                if fake.stopping.is_set():
+                    return True
+                self._chunk(b": held\n\n")
+            return False
+        finally:
+            fake.holding.clear()
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
