@@ -229,7 +229,8 @@ class Provider:
     # -- lifecycle
 
     def start(self) -> Provider:
-        self._thread = threading.Thread(target=self.server.serve_forever, name="test-idp", daemon=True)
+        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="test-idp", daemon=True)
         self._thread.start()
         return self
 
