@@ -46,6 +46,8 @@ class ScheduledJob(models.Model):
     agent = models.CharField(max_length=64)
     task = models.TextField()
     tools = models.JSONField(default=list, blank=True, help_text="The child's tools (capability subtraction).")
+    exec_allowlist = models.JSONField(null=True, blank=True, help_text="The child's execute_cmd programs, narrowed "
+                                      "from its creator's at spawn (null: the deployment's).")
     client = models.CharField(max_length=32, blank=True, help_text="An explicit model override, if any.")
     selection = models.JSONField(default=dict, blank=True, help_text="Which rule chose which model (S3).")
     scope_extras = models.JSONField(default=dict, blank=True, help_text="The parent scope's case and run.")

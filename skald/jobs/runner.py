@@ -1,5 +1,5 @@
-"""Running a job on a worker: the child's environment (capability subtraction, the parent's gate
-scope, its selected model), one kernel exchange in the job's own conversation, then the one
+"""Running a job on a worker: the child's environment (built the one way every frame's is), one
+kernel exchange in the job's own conversation, then the one
 classification of how it ended."""
 
 from __future__ import annotations
@@ -15,21 +15,13 @@ from loop.driver import LoopEnv, admit_exchange, drive_exchange
 from loop.events import EventKind
 from loop.models import Exchange, ExchangeStatus, SessionEvent
 from loop.outcomes import AwaitingHuman, Completed, RunOutcome, outcome_from_receipt
-from loop.ports import TurnScope
-from skald import plugins
 from skald.core import clock
 from skald.core.ids import new_token
 from skald.core.queue import enqueue_on_commit
 from skald.jobs.classify import classify, crashed
 from skald.jobs.models import JobKind, JobRun, JobStatus, RunEnding, ScheduledJob
 from skald.jobs.services import RUN_TASK, job_request_key, job_run_finish, job_run_start
-from skald.loop_adapters.bus import ChannelsBus
-from skald.loop_adapters.catalog import AgentRowCatalog
-from skald.loop_adapters.discovery import KnownToolRecorder
-from skald.loop_adapters.hooks import audited_hooks
-from skald.loop_adapters.runtime import default_gate, deployment_bounds, provider_for
-from skald.loop_adapters.store import kernel_store
-from skald.sessions.workspace import workspace_for
+from skald.loop_adapters.runtime import build_env
 
 logger = logging.getLogger(__name__)
 
@@ -38,22 +30,11 @@ _JOB_KEY = re.compile(r"^job:(\d+):run:(\d+)$")
 
 
 def job_env(job: ScheduledJob, run: JobRun) -> LoopEnv:
-    """The child's environment: the job's tools only (already the parent's ∩ the agent's ∩ the
-    requested), the parent's scope for the gate and the workspace, the selected client."""
-    agent = AgentRowCatalog().get(job.agent)
-    assert run.session_id is not None
-    home = job.parent_session_id or run.session_id
-    scope = TurnScope(
-        session_id=run.session_id, exchange_id=0, principal=f"user:{job.owner_id}", user_id=job.owner_id,
-        agent=str(job.scope_extras.get("gate_agent") or agent.name), workspace=workspace_for(home),
-        source=job.source, extras={k: v for k, v in job.scope_extras.items() if k in ("case_id", "run_id")},
-    )
-    return LoopEnv(
-        store=kernel_store(), provider=provider_for(agent, str(job.selection.get("client") or "")),
-        tools=plugins.sockets.tools.subset(job.tools), gate=default_gate(), agent=agent, scope=scope,
-        bus=ChannelsBus(), bounds=deployment_bounds().override(agent.bounds), hooks=audited_hooks(),
-        discovery=KnownToolRecorder(),
-    )
+    """The run's environment: its conversation's, built the one way every frame's is
+    (:func:`skald.loop_adapters.runtime.build_env`: the owner's scope narrowed by the job's
+    recorded grant)."""
+    assert run.session is not None
+    return build_env(run.session)
 
 
 def partial_output(session_id: int | None, *, narrative: str = "") -> str:
