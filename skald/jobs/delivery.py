@@ -78,9 +78,12 @@ def _deliver_task(run: JobRun) -> str:
             locked = JobRun.objects.select_for_update().get(pk=run.pk)
             if locked.delivered_at is not None:
                 return _ensure_driven(locked)
+            # The task's own text is screened like its output: a task refused for a secret in it
+            # must not make its delivery refused on every sweep (issue 27 §4).
+            task = withhold_credentials(job.task[:300], what="task", detector=env.detector)
             exchange, _ = admit_exchange(
                 env, request_key=delivery_request_key(job, run.number), author="system:tasks",
-                content=f"[async task #{job.pk} {run.status}] {job.agent}: {job.task[:300]}",
+                content=f"[async task #{job.pk} {run.status}] {job.agent}: {task}",
             )
             failpoint("delegation.before_delivery")  # a kill here must leave nothing behind
             frame = env.store.exchanges.root_frame(exchange)
@@ -93,7 +96,8 @@ def _deliver_task(run: JobRun) -> str:
                                                                       assembled=turn, principal=env.principal,
                                                                       spent_tokens=0, journal=1)
             env.store.calls.record_result(call, status=ToolCallStatus.COMPLETED, is_error=False, truncated=False,
-                                          content=withhold_credentials(result_text(job, locked), what="task output"),
+                                          content=withhold_credentials(result_text(job, locked), what="task output",
+                                                                       detector=env.detector),
                                           principal=env.principal)
             locked.delivered_at, locked.delivery_exchange = clock.now(), exchange
             locked.save(update_fields=["delivered_at", "delivery_exchange"])

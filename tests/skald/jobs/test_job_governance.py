@@ -1,0 +1,95 @@
+"""An async task keeps the governance a sync child has (issue 27 §1, §3), through the API and the
+inline worker path: the tools it was granted survive an approval and a crash, and the
+organisation's own tripwire patterns guard its text."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from approvals.models import ApprovalStatus, PendingApproval, TripwirePattern
+from approvals.rules.seed import default_rules_ensure
+from approvals.tripwires.services import tripwire_pattern_save
+from audit.actors import Actor
+from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
+from skald.jobs.models import JobRun
+from skald.loop_adapters.runtime import set_provider_factory
+from tests.skald.conftest import task_completed_calls
+from tests.skald.test_frame_environment import ACME_KEY, Crash, Router, lapse_and_recover
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
+
+WRITE = ("write_file", {"path": "notes.md", "content": "pool exhausted"})
+
+
+@pytest.fixture
+def routed(conversation) -> Iterator[tuple[Router, LoopbackProvider]]:
+    route = Router(conversation.pk)
+    provider = LoopbackProvider([route], repeat_last=True)
+    set_provider_factory(lambda agent: provider)
+    yield route, provider
+    set_provider_factory(None)
+
+
+def approve_next(api, carol) -> None:
+    card = PendingApproval.objects.filter(status=ApprovalStatus.PENDING).order_by("pk").first()
+    assert card is not None
+    response = api(carol).post(f"/api/tools/{card.tool_call_id}/resolve", {"decision": "approve"}, format="json")
+    assert response.status_code == 202, response.content
+
+
+def job_requests(provider: LoopbackProvider, parent_session: int) -> list[list[str]]:
+    return [[spec.name for spec in request.tools] for request in provider.calls
+            if request.metadata["session"] != parent_session]
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["resumed", "recovered"])
+def test_an_async_childs_tools_stay_its_grant_after_an_approval(routed, conversation, say, api, carol, inline_tasks,
+                                                                 crash):
+    """Reproduction 1: the child asked for write_file only; after its write_file is approved (and
+    after a crash, recovered) its next request still offers write_file only, never the agent's 11."""
+    route, provider = routed
+    default_rules_ensure()
+    route.queues["root"].extend([
+        tool_turn(("execute_subtask", {"task": "note it", "tools": ["write_file"], "mode": "async"})),
+        text_turn("started"), text_turn("noted")])
+    route.queues["job"].extend([tool_turn(WRITE), *([Crash] if crash else []), text_turn("written")])
+    say("note the finding in the background")
+    approve_next(api, carol)  # the parent's execute_subtask
+    if crash:
+        with pytest.raises(Crash):
+            approve_next(api, carol)  # the child's write_file runs; the worker dies at its next turn
+        run = JobRun.objects.get()
+        assert run.exchange is not None
+        lapse_and_recover(run.exchange)
+    else:
+        approve_next(api, carol)
+
+    run = JobRun.objects.get()
+    assert run.status == "succeeded"
+    offered = job_requests(provider, conversation.pk)
+    assert offered and all(names == ["write_file"] for names in offered), offered
+
+
+def test_an_organisation_pattern_in_an_async_tasks_text_never_reaches_the_childs_model(
+        routed, conversation, say, alice, allow_all, inline_tasks):
+    """Reproduction 3: the organisation's own secret shape in an async task's text is refused
+    before the child's model sees it."""
+    route, provider = routed
+    tripwire_pattern_save(actor=Actor.user(alice), changed=["created"],
+                          pattern=TripwirePattern(name="acme-key", regex=r"ACME-[0-9A-F]{24}", keywords="acme-"))
+    route.queues["root"].extend([
+        tool_turn(("execute_task", {"agent": "log-analyst", "task": f"try the key {ACME_KEY}", "mode": "async"})),
+        text_turn("started"), text_turn("it was refused")])
+    route.queues["job"].append(text_turn("I used the key"))
+    say("use the key in the background")
+
+    run = JobRun.objects.get()
+    assert run.status == "failed"
+    assert not job_requests(provider, conversation.pk)  # the child's model was never called
+    assert all(ACME_KEY not in str(request.messages) for request in provider.calls)
+    # Its ending reaches the parent once, without the secret (its delivery used to be refused forever).
+    assert run.delivered_at is not None
+    (delivered,) = task_completed_calls(conversation)
+    assert ACME_KEY not in delivered.result and "FAILED: InputRefused" in delivered.result
