@@ -1,6 +1,7 @@
-"""An async task keeps the governance a sync child has (issue 27 §1, §3), through the API and the
-inline worker path: the tools it was granted survive an approval and a crash, and the
-organisation's own tripwire patterns guard its text."""
+"""A delegated frame keeps the governance a sync child has (issue 27 §1, §3, §4, §5), through the API
+and the inline worker path: the tools an async task was granted survive an approval and a crash,
+the organisation's own tripwire patterns guard its text, and a child's provider failure is the
+child's."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ from approvals.models import ApprovalStatus, PendingApproval, TripwirePattern
 from approvals.rules.seed import default_rules_ensure
 from approvals.tripwires.services import tripwire_pattern_save
 from audit.actors import Actor
+from loop.cancellation import CancelToken
+from loop.errors import ProviderError
+from loop.models import Frame, ToolCall
+from loop.providers.base import Delta, ProviderRequest
 from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
 from skald.jobs.models import JobRun
 from skald.loop_adapters.runtime import set_provider_factory
@@ -93,3 +98,39 @@ def test_an_organisation_pattern_in_an_async_tasks_text_never_reaches_the_childs
     assert run.delivered_at is not None
     (delivered,) = task_completed_calls(conversation)
     assert ACME_KEY not in delivered.result and "FAILED: InputRefused" in delivered.result
+
+
+class Unavailable:
+    """A child's provider that answers 503: the stream fails before its first delta."""
+
+    name = "unavailable"
+
+    def stream(self, request: ProviderRequest, *, cancel: CancelToken) -> Iterator[Delta]:
+        raise_it = ProviderError("503 Service Unavailable", code="provider_http_503")
+
+        def failing() -> Iterator[Delta]:
+            raise raise_it
+            yield  # a generator: the failure comes with the first delta, as a real stream's does
+
+        return failing()
+
+
+def test_a_childs_provider_failure_is_the_childs_and_its_parent_reads_it(conversation, say, allow_all, inline_tasks):
+    """Reproduction 5: the child ends provider_failed, the parent gets a turn and reads that as the
+    tool's result, and the root completes: no budget_exceeded {accounting_incomplete}."""
+    parent = LoopbackProvider([tool_turn(("execute_task", {"agent": "log-analyst", "task": "read the logs"})),
+                               text_turn("the analyst is down; I will read the logs myself")])
+    set_provider_factory(lambda agent: Unavailable() if agent.name == "log-analyst" else parent)
+    try:
+        exchange = say("why 502?")
+    finally:
+        set_provider_factory(None)
+
+    assert exchange.outcome == "completed" and not exchange.accounting_incomplete
+    child = Frame.objects.get(session=conversation, depth=1)
+    assert child.outcome == "provider_failed"
+    call = ToolCall.objects.get(session=conversation, tool="execute_task")
+    assert call.status == "failed" and "ended provider_failed" in call.result
+    assert "provider_http_503" in call.result
+    read = [m for m in parent.calls[1].messages if "provider_failed" in str(m)]
+    assert read, "the parent's next request carries the child's failure"
