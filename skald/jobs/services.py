@@ -20,15 +20,18 @@ from loop.events import EventKind
 from loop.models import Exchange, Session
 from skald.core import clock
 from skald.core.errors import Conflict, NotFound
+from skald.core.ids import new_token
 from skald.core.queue import enqueue_on_commit
 from skald.jobs.classify import Ending
 from skald.jobs.models import JobKind, JobRun, JobStatus, RunEnding, ScheduledJob
 from skald.loop_adapters.store import kernel_store
+from skald.sessions.parked import stop_unheld
 
 TASK_UPDATE = EventKind.TASK_UPDATE
 TASKS_ACTOR = Actor.system("tasks")
 RUN_TASK = "skald.tasks.run_job"
 DELIVER = "skald.tasks.deliver_job_run"
+FOLLOW_EXCHANGE = "skald.tasks.recover_exchange_task"  # a settled exchange: its run is classified and delivered
 
 
 def job_request_key(job: ScheduledJob, run_number: int) -> str:
@@ -225,7 +228,21 @@ def job_cancel(*, job_id: int, principal: str) -> ScheduledJob:
                                          request_key=job_request_key(job, 1)).first()
         if active is not None:
             store.exchanges.request_cancel(active.pk, principal=principal)
+    if active is not None:
+        _stop_unheld_run(active.pk, principal=principal)
     return job
+
+
+def _stop_unheld_run(exchange_id: int, *, principal: str) -> None:
+    """A run parked on an approval has no driver to see the stop: it is settled here, as a session
+    stop settles one, with its waiting calls and their approvals (withdrawn: answering one is a
+    409), and the run's ending is then classified and delivered by the worker that follows every
+    settled exchange (issue 27 §6). A run a live driver holds sees the sticky request instead."""
+    store = kernel_store()
+    with transaction.atomic():
+        if store.exchanges.claim_for_recovery(exchange_id, new_token(), principal=principal, reason="stop"):
+            stop_unheld(store.exchanges.get(exchange_id), principal=principal)
+            enqueue_on_commit(FOLLOW_EXCHANGE, exchange_id)
 
 
 def job_cancel_for_session(*, session_id: int, principal: str) -> list[int]:

@@ -18,8 +18,9 @@ from loop.errors import ProviderError
 from loop.models import Frame, ToolCall
 from loop.providers.base import Delta, ProviderRequest
 from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
-from skald.jobs.models import JobRun
+from skald.jobs.models import JobRun, ScheduledJob
 from skald.loop_adapters.runtime import set_provider_factory
+from skald.models import Agent
 from tests.skald.conftest import task_completed_calls
 from tests.skald.test_frame_environment import ACME_KEY, Crash, Router, lapse_and_recover
 
@@ -134,3 +135,34 @@ def test_a_childs_provider_failure_is_the_childs_and_its_parent_reads_it(convers
     assert "provider_http_503" in call.result
     read = [m for m in parent.calls[1].messages if "provider_failed" in str(m)]
     assert read, "the parent's next request carries the child's failure"
+
+
+def test_cancelling_a_task_parked_on_an_approval_withdraws_it_and_ends_the_task_cancelled(
+        routed, conversation, say, api, alice, carol, inline_tasks):
+    """Reproduction 6: the cancel answers 202 and takes effect at once: the task's approval is
+    withdrawn (answering it is a 409), its run ends ``cancelled`` and that ending is delivered once."""
+    route, _provider = routed
+    default_rules_ensure()
+    route.queues["root"].extend([
+        tool_turn(("execute_task", {"agent": "log-analyst", "task": "note it", "mode": "async"})),
+        text_turn("started"), text_turn("it was cancelled")])
+    route.queues["job"].append(tool_turn(WRITE))
+    Agent.objects.filter(name="log-analyst").update(allowed_tools=["write_file"])
+    say("note it in the background")
+    approve_next(api, carol)  # the parent's execute_task; the task then parks on its own call
+    job = ScheduledJob.objects.get()
+    card = PendingApproval.objects.get(status=ApprovalStatus.PENDING)
+
+    response = api(alice).post(f"/api/{conversation.source}/tasks/{job.pk}/cancel")
+
+    assert response.status_code == 202, response.content
+    job.refresh_from_db()
+    run = job.runs.get()
+    assert (job.status, run.status) == ("cancelled", "cancelled")
+    card.refresh_from_db()
+    assert card.status == ApprovalStatus.CANCELLED
+    answer = api(carol).post(f"/api/tools/{card.tool_call_id}/resolve", {"decision": "approve"}, format="json")
+    assert answer.status_code == 409, answer.content
+    assert run.delivered_at is not None
+    (delivered,) = task_completed_calls(conversation)
+    assert "was cancelled" in delivered.result
