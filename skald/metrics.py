@@ -21,6 +21,7 @@ from loop.events import EventKind
 from loop.hooks import HookPoint
 from loop.models import Exchange, ExchangeStatus, SessionEvent
 from skald import backpressure, dbpool
+from skald.jobs.models import JobRun
 
 
 class StoreCollector(Collector):
@@ -52,6 +53,7 @@ class StoreCollector(Collector):
 
         yield from _hook_families()
         yield from _compaction_families()
+        yield from _job_families()
 
         yield from _this_process()
 
@@ -117,6 +119,13 @@ def _compaction_families() -> Iterator[Metric]:
     stops = CounterMetricFamily("skald_compaction_quota_stops", "Episodes stopped at the compaction quota")
     stops.add_metric([], SessionEvent.objects.filter(kind=EventKind.COMPACTION_QUOTA).count())
     yield stops
+
+
+def _job_families() -> Iterator[Metric]:
+    """Job-run endings parked as dead letters after failed deliveries (issue 27 §4)."""
+    dead = GaugeMetricFamily("skald_job_dead_letters", "Job runs whose delivery is parked for an operator")
+    dead.add_metric([], JobRun.objects.filter(dead_lettered_at__isnull=False, delivered_at__isnull=True).count())
+    yield dead
 
 
 MetricSource = Callable[[], Iterable[Metric]]

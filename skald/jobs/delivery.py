@@ -35,7 +35,13 @@ from loop.providers.base import AssembledTurn, ToolCallRequest
 from skald.core import clock
 from skald.core.queue import enqueue_on_commit
 from skald.jobs.models import JobKind, JobRun, RunEnding, ScheduledJob
-from skald.jobs.services import TASKS_ACTOR, announce, delivery_request_key, lock_conversation
+from skald.jobs.services import (
+    TASKS_ACTOR,
+    announce,
+    delivery_request_key,
+    job_run_delivery_failed,
+    lock_conversation,
+)
 from skald.loop_adapters.runtime import build_env
 
 logger = logging.getLogger(__name__)
@@ -52,6 +58,8 @@ def result_text(job: ScheduledJob, run: JobRun) -> str:
         case RunEnding.FAILED:
             partial = run.output.strip() or "(it produced no output)"
             return head + f"FAILED: {run.error}\n\nPartial output:\n{partial}"
+        case RunEnding.REFUSED:
+            return head + f"was REFUSED before it ran: {run.error}. Do not send that text again."
         case _:
             return head + f"was cancelled ({run.error or 'stop requested'}); it did not finish."
 
@@ -61,12 +69,18 @@ def job_run_deliver(*, run_id: int) -> str:
     run = JobRun.objects.select_related("job").filter(pk=run_id).first()
     if run is None or run.status == RunEnding.RUNNING:
         return "nothing to deliver"
-    match run.job.kind:
-        case JobKind.TASK:
-            return _deliver_task(run)
-        case JobKind.CRON:
-            return _notify_home(run)
-    raise ValueError(f"unknown job kind {run.job.kind!r}")
+    try:
+        match run.job.kind:
+            case JobKind.TASK:
+                return _deliver_task(run)
+            case JobKind.CRON:
+                return _notify_home(run)
+        raise ValueError(f"unknown job kind {run.job.kind!r}")
+    except Exception as exc:  # counted: the N-th failure parks it as a dead letter, never retried forever
+        logger.exception("delivering job run %s failed", run_id)
+        error = withhold_credentials(f"{type(exc).__name__}: {exc}", what="delivery error")
+        parked = job_run_delivery_failed(run_id=run_id, error=error)
+        return "dead letter" if parked is not None and parked.dead_lettered_at is not None else "failed"
 
 
 def _deliver_task(run: JobRun) -> str:
@@ -140,8 +154,10 @@ def _notify_home(run: JobRun) -> str:
 
 
 def deliveries_due(*, session_id: int | None = None, limit: int = 100) -> list[int]:
-    """Ended runs not delivered yet (all, or those whose parent is ``session_id``), oldest first."""
-    due = JobRun.objects.filter(delivered_at__isnull=True).exclude(status=RunEnding.RUNNING)
+    """Ended runs not delivered yet (all, or those whose parent is ``session_id``), oldest first;
+    dead letters wait for an operator."""
+    due = JobRun.objects.filter(delivered_at__isnull=True, dead_lettered_at__isnull=True) \
+        .exclude(status=RunEnding.RUNNING)
     if session_id is not None:
         due = due.filter(job__parent_session_id=session_id)
     return list(due.order_by("id").values_list("pk", flat=True)[:limit])

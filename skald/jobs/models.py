@@ -25,15 +25,18 @@ class JobStatus(models.TextChoices):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    REFUSED = "refused"
     CANCELLED = "cancelled"
 
 
 class RunEnding(models.TextChoices):
-    """The one classification of a run's ending (typed: cancellation is never parsed from text)."""
+    """The one classification of a run's ending (typed: cancellation is never parsed from text).
+    ``refused``: its input was refused before it ran (a credential tripwire in the task's text)."""
 
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    REFUSED = "refused"
     CANCELLED = "cancelled"
 
 
@@ -97,6 +100,10 @@ class JobRun(models.Model):
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
+    delivery_attempts = models.PositiveSmallIntegerField(default=0, help_text="Deliveries that raised.")
+    delivery_error = models.CharField(max_length=300, blank=True, help_text="The last delivery's error.")
+    dead_lettered_at = models.DateTimeField(null=True, blank=True, help_text="Parked after too many failed "
+                                            "deliveries: the sweep skips it until an operator retries it.")
 
     class Meta:
         ordering = ["job_id", "number"]

@@ -11,6 +11,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import transaction
 
+from loop.admission import InputRefused
 from loop.driver import LoopEnv, admit_exchange, drive_exchange
 from loop.events import EventKind
 from loop.models import Exchange, ExchangeStatus, SessionEvent
@@ -18,7 +19,7 @@ from loop.outcomes import AwaitingHuman, Completed, RunOutcome, outcome_from_rec
 from skald.core import clock
 from skald.core.ids import new_token
 from skald.core.queue import enqueue_on_commit
-from skald.jobs.classify import classify, crashed
+from skald.jobs.classify import classify, crashed, refused
 from skald.jobs.models import JobKind, JobRun, JobStatus, RunEnding, ScheduledJob
 from skald.jobs.services import RUN_TASK, job_request_key, job_run_finish, job_run_start
 from skald.loop_adapters.runtime import build_env
@@ -73,6 +74,10 @@ def run_job(job_id: int) -> str:
         if ScheduledJob.objects.filter(pk=job.pk, cancel_requested_at__isnull=False).exists():
             env.store.exchanges.request_cancel(exchange.pk, principal=env.principal)  # cancelled before it was admitted
         result = drive_exchange(env, exchange, claim_token=new_token())
+    except InputRefused as exc:  # its own text tripped a rule: refused, and that ending is delivered
+        job_run_finish(run_id=run.pk, ending=refused(exc), output="",
+                       exchange_id=exchange.pk if exchange is not None else None)
+        return RunEnding.REFUSED
     except Exception as exc:
         logger.exception("job %s run %s crashed", job.pk, run.number)
         job_run_finish(run_id=run.pk, ending=crashed(exc), output=partial_output(run.session_id),

@@ -20,7 +20,8 @@ def tasks_for(*, user: AbstractBaseUser, source: str) -> QuerySet[ScheduledJob]:
     since = clock.now() - FAILURE_WINDOW
     return (
         ScheduledJob.objects.filter(owner_id=user.pk, source=source, kind=JobKind.TASK)
-        .filter(Q(status__in=[JobStatus.QUEUED, JobStatus.RUNNING]) | Q(status=JobStatus.FAILED, updated_at__gte=since))
+        .filter(Q(status__in=[JobStatus.QUEUED, JobStatus.RUNNING])
+                | Q(status__in=[JobStatus.FAILED, JobStatus.REFUSED], updated_at__gte=since))
         .prefetch_related(Prefetch("runs", queryset=JobRun.objects.order_by("number")))
         .order_by("-id")
     )

@@ -256,3 +256,47 @@ def job_cancel_for_session(*, session_id: int, principal: str) -> list[int]:
         except Conflict:  # it ended meanwhile
             continue
     return ids
+
+
+DEAD_LETTER_AFTER = 5  # deliveries that raised before the run is parked for an operator
+
+
+def job_run_delivery_failed(*, run_id: int, error: str) -> JobRun | None:
+    """Count a delivery that raised; the ``DEAD_LETTER_AFTER``-th parks the run as a dead letter
+    (the sweep skips it, so one bad row never blocks the others; issue 27 §4). Audited."""
+    with transaction.atomic():
+        run = JobRun.objects.select_for_update().select_related("job").filter(pk=run_id).first()
+        if run is None or run.delivered_at is not None or run.dead_lettered_at is not None:
+            return run
+        run.delivery_attempts += 1
+        run.delivery_error = error[:300]
+        fields = ["delivery_attempts", "delivery_error"]
+        if run.delivery_attempts >= DEAD_LETTER_AFTER:
+            run.dead_lettered_at = clock.now()
+            fields.append("dead_lettered_at")
+            _audit(AuditKind.JOB_STATE_CHANGED, run.job, {"run": run.number, "dead_letter": True,
+                                                          "attempts": run.delivery_attempts, "error": error[:300]})
+        run.save(update_fields=fields)
+    return run
+
+
+def job_run_delivery_retry(*, run_id: int, principal: str) -> JobRun:
+    """An operator retries a dead letter: it is due again (attempts start over) and one delivery is
+    enqueued on commit. Audited.
+
+    Raises:
+        NotFound: ``job_run_not_found``.
+        Conflict: ``job_run_not_dead_letter`` when it is not parked.
+    """
+    with transaction.atomic(durable=True):
+        run = JobRun.objects.select_for_update().select_related("job").filter(pk=run_id).first()
+        if run is None:
+            raise NotFound("No such job run.", code="job_run_not_found")
+        if run.dead_lettered_at is None or run.delivered_at is not None:
+            raise Conflict("The run is not a dead letter.", code="job_run_not_dead_letter")
+        run.dead_lettered_at, run.delivery_attempts = None, 0
+        run.save(update_fields=["dead_lettered_at", "delivery_attempts"])
+        _audit(AuditKind.JOB_STATE_CHANGED, run.job, {"run": run.number, "dead_letter": False, "retried": True},
+               Actor.parse(principal))
+        enqueue_on_commit(DELIVER, run.pk)
+    return run

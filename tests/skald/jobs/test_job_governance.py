@@ -18,9 +18,14 @@ from loop.errors import ProviderError
 from loop.models import Frame, ToolCall
 from loop.providers.base import Delta, ProviderRequest
 from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
+from skald.jobs import delivery
+from skald.jobs.delivery import deliver_due, deliveries_due
 from skald.jobs.models import JobRun, ScheduledJob
+from skald.jobs.services import DEAD_LETTER_AFTER
 from skald.loop_adapters.runtime import set_provider_factory
+from skald.metrics import render as metrics_render
 from skald.models import Agent
+from skald.tasks import deliver_due_jobs
 from tests.skald.conftest import task_completed_calls
 from tests.skald.test_frame_environment import ACME_KEY, Crash, Router, lapse_and_recover
 
@@ -79,9 +84,10 @@ def test_an_async_childs_tools_stay_its_grant_after_an_approval(routed, conversa
 
 
 def test_an_organisation_pattern_in_an_async_tasks_text_never_reaches_the_childs_model(
-        routed, conversation, say, alice, allow_all, inline_tasks):
-    """Reproduction 3: the organisation's own secret shape in an async task's text is refused
-    before the child's model sees it."""
+        routed, conversation, say, alice, api, allow_all, inline_tasks):
+    """Reproductions 3 and 4: the organisation's own secret shape in an async task's text is refused
+    before the child's model sees it; the task ends ``refused`` with the rule's name (never the
+    secret), and that ending is delivered once, so the strip no longer shows it running."""
     route, provider = routed
     tripwire_pattern_save(actor=Actor.user(alice), changed=["created"],
                           pattern=TripwirePattern(name="acme-key", regex=r"ACME-[0-9A-F]{24}", keywords="acme-"))
@@ -91,14 +97,59 @@ def test_an_organisation_pattern_in_an_async_tasks_text_never_reaches_the_childs
     route.queues["job"].append(text_turn("I used the key"))
     say("use the key in the background")
 
-    run = JobRun.objects.get()
-    assert run.status == "failed"
+    job = ScheduledJob.objects.get()
+    run = job.runs.get()
+    assert (job.status, run.status) == ("refused", "refused") and "org:acme-key" in run.error
     assert not job_requests(provider, conversation.pk)  # the child's model was never called
     assert all(ACME_KEY not in str(request.messages) for request in provider.calls)
-    # Its ending reaches the parent once, without the secret (its delivery used to be refused forever).
-    assert run.delivered_at is not None
+    # Delivered once, without the secret (its delivery used to be refused on every sweep).
+    assert run.delivered_at is not None and deliver_due() == []
     (delivered,) = task_completed_calls(conversation)
-    assert ACME_KEY not in delivered.result and "FAILED: InputRefused" in delivered.result
+    assert ACME_KEY not in delivered.result and "REFUSED before it ran" in delivered.result
+    listed = api(alice).get(f"/api/{conversation.source}/tasks").json()
+    assert [(row["id"], row["status"]) for row in listed["results"]] == [(job.pk, "refused")]
+
+
+def test_a_delivery_that_keeps_failing_is_parked_as_a_dead_letter_and_never_blocks_others(
+        routed, conversation, say, allow_all, inline_tasks, monkeypatch, admin_client):
+    """Reproduction 4: one run whose delivery raises is counted, parked after DEAD_LETTER_AFTER
+    tries (shown in the admin with its error, counted on /metrics), while the others are delivered;
+    an operator's retry delivers it once."""
+    route, _provider = routed
+    route.queues["root"].extend([
+        tool_turn(("execute_task", {"agent": "log-analyst", "task": "first", "mode": "async"}),
+                  ("execute_task", {"agent": "log-analyst", "task": "second", "mode": "async"})),
+        text_turn("started both"), text_turn("read one"), text_turn("read two")])
+    route.queues["job"].extend([text_turn("a"), text_turn("b")])
+    original = delivery.result_text
+
+    def poisoned(job, run):
+        if job.task == "first":
+            raise RuntimeError("the parent conversation cannot take it")
+        return original(job, run)
+
+    monkeypatch.setattr(delivery, "result_text", poisoned)
+    say("two tasks")
+    first, second = JobRun.objects.order_by("job_id")
+    for _ in range(DEAD_LETTER_AFTER):
+        deliver_due_jobs()
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert second.delivered_at is not None
+    assert first.delivered_at is None and first.dead_lettered_at is not None
+    assert first.delivery_attempts == DEAD_LETTER_AFTER and "cannot take it" in first.delivery_error
+    assert first.pk not in deliveries_due()  # the sweep leaves it to an operator
+    assert b"skald_job_dead_letters 1.0" in metrics_render()
+    page = admin_client.get("/admin/skald/jobrun/?delivery=dead")
+    assert page.status_code == 200 and b"cannot take it" in page.content
+
+    monkeypatch.setattr(delivery, "result_text", original)
+    retried = admin_client.post("/admin/skald/jobrun/", {"action": "retry_delivery", "_selected_action": [first.pk]})
+    assert retried.status_code == 302
+    first.refresh_from_db()
+    assert first.delivered_at is not None and first.dead_lettered_at is None
+    assert len(task_completed_calls(conversation)) == 2
+    assert b"skald_job_dead_letters 0.0" in metrics_render()
 
 
 class Unavailable:
