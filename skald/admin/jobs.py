@@ -12,6 +12,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from loop.models import Session
 from skald.core.admin import ReadOnlyAdmin, ReadOnlyMixin
 from skald.core.errors import SkaldError
 from skald.jobs.cron import cron_expression_check, cron_job_create, cron_job_update
@@ -23,10 +24,13 @@ from skald.models import Agent, AgentKind
 class CronJobForm(forms.ModelForm):
     agent = forms.ChoiceField(choices=())
     cron = forms.CharField(max_length=120, help_text="min hour day month weekday (an optional 6th field: seconds)")
+    home_session = forms.ModelChoiceField(
+        queryset=Session.objects.none(), label="Home conversation", required=False,
+        help_text="Where each run's result is posted: one of your conversations (issue 27 §7).")
 
     class Meta:
         model = ScheduledJob
-        fields = ["agent", "task", "cron", "source"]
+        fields = ["agent", "task", "cron", "source", "home_session"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -36,6 +40,13 @@ class CronJobForm(forms.ModelForm):
         field = self.fields.get("agent")
         if isinstance(field, forms.ChoiceField):
             field.choices = [(name, name) for name in names]
+
+    def clean_home_session(self) -> Session | None:
+        home: Session | None = self.cleaned_data.get("home_session")
+        if self.instance.pk is None and home is None:  # its runs' results would reach nobody
+            raise forms.ValidationError("A cron job needs a home conversation for its results.",
+                                        code="cron_home_required")
+        return home
 
     def clean_cron(self) -> str:
         try:
@@ -68,11 +79,15 @@ class ScheduledJobAdmin(admin.ModelAdmin):
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
         if obj is None or obj.kind == JobKind.CRON:
             kwargs["form"] = CronJobForm
-        return super().get_form(request, obj, change, **kwargs)
+        form = super().get_form(request, obj, change, **kwargs)
+        home = form.base_fields.get("home_session")
+        if isinstance(home, forms.ModelChoiceField):  # a home is one of the creator's own conversations
+            home.queryset = Session.objects.filter(owner_id=request.user.pk).exclude(source__in=["task", "cron"])
+        return form
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         if obj is None:
-            return ["agent", "task", "cron", "source"]
+            return ["agent", "task", "cron", "source", "home_session"]
         if obj.kind == JobKind.CRON:
             return ["agent", "task", "cron", "source", *self.readonly_fields]
         return ["agent", "task", *self.readonly_fields]
@@ -91,8 +106,10 @@ class ScheduledJobAdmin(admin.ModelAdmin):
             if change:
                 cron_job_update(job_id=obj.pk, expression=data["cron"], task=data["task"], principal=principal)
             else:
+                home = data.get("home_session")
                 created = cron_job_create(owner_id=int(request.user.pk or 0), agent=data["agent"], task=data["task"],
                                           expression=data["cron"], source=data.get("source") or "web",
+                                          home_session_id=home.pk if home is not None else None,
                                           principal=principal)
                 obj.pk = created.pk
         except SkaldError as exc:  # e.g. the agent was disabled meanwhile: nothing was stored

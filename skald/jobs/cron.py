@@ -58,7 +58,8 @@ def cron_job_create(
     the agent's process ask within ``creator_exec`` (a creating frame's; None: the deployment's).
 
     Raises:
-        SkaldError: ``cron_invalid``, ``agent_unknown``, ``agent_not_task`` or ``task_invalid``.
+        SkaldError: ``cron_invalid``, ``agent_unknown``, ``agent_not_task``, ``task_invalid`` or
+            ``cron_home_required`` (no home conversation: its results would reach nobody).
     """
     cron = cron_expression_check(expression)
     if not task.strip() or len(task) > 8192:
@@ -69,6 +70,8 @@ def cron_job_create(
         raise SkaldError(f"no enabled agent named {agent!r}", code="agent_unknown") from None
     if spec.kind != AgentKind.TASK:
         raise SkaldError(f"{agent!r} is not a task agent", code="agent_not_task")
+    if home_session_id is None:
+        raise SkaldError("a cron job needs a home conversation for its results", code="cron_home_required")
     allowed = [name for name in spec.tools if tools is None or name in set(tools)]
     exec_allowlist = child_exec_allowlist(creator_exec, spec.exec_allowlist)
     with transaction.atomic():

@@ -33,6 +33,7 @@ from loop.models import Exchange, ExchangeStatus, ToolCallStatus
 from loop.outcomes import Canceled
 from loop.providers.base import AssembledTurn, ToolCallRequest
 from skald.core import clock
+from skald.core.errors import SkaldError
 from skald.core.queue import enqueue_on_commit
 from skald.jobs.models import JobKind, JobRun, RunEnding, ScheduledJob
 from skald.jobs.services import (
@@ -143,6 +144,8 @@ def _notify_home(run: JobRun) -> str:
         locked = JobRun.objects.select_for_update().select_related("job").get(pk=run.pk)
         if locked.delivered_at is not None:
             return "delivered already"
+        if locked.job.home_session_id is None:  # reached nobody: never marked delivered (a dead letter)
+            raise SkaldError(f"cron job #{locked.job_id} has no home conversation", code="cron_home_missing")
         lock_conversation(locked.job.home_session_id)
         failpoint("delegation.before_delivery")
         locked.delivered_at = clock.now()

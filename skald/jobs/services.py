@@ -17,7 +17,9 @@ from audit.actors import Actor
 from audit.kinds import AuditKind
 from audit.services import audit_append
 from loop.events import EventKind
+from loop.masking import withhold_credentials
 from loop.models import Exchange, Session
+from skald import plugins
 from skald.core import clock
 from skald.core.errors import Conflict, NotFound
 from skald.core.ids import new_token
@@ -44,15 +46,26 @@ def delivery_request_key(job: ScheduledJob, run_number: int) -> str:
     return f"job:{job.pk}:run:{run_number}:delivery"
 
 
+CRON_OUTPUT_CLIP = 1000
+
+
 def task_payload(job: ScheduledJob, run: JobRun | None = None) -> dict[str, Any]:
-    """What a ``TaskUpdate`` says and what ``GET /api/{source}/tasks`` lists for one job."""
-    return {
+    """What a ``TaskUpdate`` says and what ``GET /api/{source}/tasks`` lists for one job. An ended
+    cron run also carries its output, clipped and screened, and its own conversation: the home
+    conversation is where its result reaches the user (issue 27 §7)."""
+    payload: dict[str, Any] = {
         "job": job.pk, "kind": job.kind, "status": run.status if run is not None else job.status,
         "agent": job.agent, "task": job.task[:200], "child_session": job.child_session_id,
         "parent_session": job.parent_session_id, "run": run.number if run is not None else None,
         "delivered": bool(run is not None and run.delivered_at is not None),
         "error": run.error if run is not None else "",
     }
+    if job.kind == JobKind.CRON and run is not None and run.status != RunEnding.RUNNING:
+        output = run.output.strip()
+        clipped = output if len(output) <= CRON_OUTPUT_CLIP else output[:CRON_OUTPUT_CLIP] + " …"
+        payload["output"] = withhold_credentials(clipped, what="cron output", detector=plugins.tripwire_detector())
+        payload["child_session"] = run.session_id  # the firing's own conversation, for the whole text
+    return payload
 
 
 def announce(job: ScheduledJob, run: JobRun | None = None) -> None:

@@ -28,9 +28,15 @@
         const link = document.createElement("a");
         link.href = "#";
         link.textContent = `#${t.job} ${t.agent}: ${label(t)}`;
-        link.title = t.task + (t.error ? `\n${t.error}` : "");
+        link.title = t.task + (t.error ? `\n${t.error}` : "") + (t.output ? `\n\n${t.output}` : "");
         link.onclick = (e) => { e.preventDefault(); if (t.child_session && options.onOpen) options.onOpen(t.child_session); };
         item.appendChild(link);
+        if (t.kind === "cron" && t.output) {  // the result inline, clipped; the link opens the whole run
+          const output = document.createElement("span");
+          output.className = "task-output";
+          output.textContent = ` — ${t.output.slice(0, 160)}`;
+          item.appendChild(output);
+        }
         root.appendChild(item);
       }
     }
@@ -47,7 +53,8 @@
         render();
       },
       update(payload) {
-        if (!payload || payload.kind !== "task") return;
+        // A cron run's ending reaches its home conversation too, with its output (issue 27 §7).
+        if (!payload || (payload.kind !== "task" && payload.kind !== "cron")) return;
         tasks.set(payload.job, {...(tasks.get(payload.job) || {}), ...payload});
         render();
       },
