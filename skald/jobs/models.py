@@ -52,6 +52,8 @@ class ScheduledJob(models.Model):
     exec_allowlist = models.JSONField(null=True, blank=True, help_text="The child's execute_cmd programs, narrowed "
                                       "from its creator's at spawn (null: the deployment's).")
     client = models.CharField(max_length=32, blank=True, help_text="An explicit model override, if any.")
+    budget_tokens = models.PositiveBigIntegerField(null=True, blank=True, help_text="What an async task reserved "
+                                                   "from its root's budget at spawn (null: its own bounds).")
     selection = models.JSONField(default=dict, blank=True, help_text="Which rule chose which model (S3).")
     scope_extras = models.JSONField(default=dict, blank=True, help_text="The parent scope's case and run.")
     parent_session = models.ForeignKey("loop.Session", null=True, blank=True, on_delete=models.CASCADE,

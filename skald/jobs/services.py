@@ -108,6 +108,7 @@ def job_submit_task(
     task: str,
     tools: Sequence[str],
     exec_allowlist: Sequence[str] | None = None,
+    budget_tokens: int | None = None,
     client: str,
     selection: Mapping[str, Any],
     scope_extras: Mapping[str, Any],
@@ -128,14 +129,15 @@ def job_submit_task(
         job = ScheduledJob.objects.create(
             kind=JobKind.TASK, status=JobStatus.QUEUED, owner_id=owner_id, source=source, agent=agent, task=task,
             tools=list(tools), exec_allowlist=None if exec_allowlist is None else list(exec_allowlist),
-            client=client, selection=dict(selection), scope_extras=dict(scope_extras),
+            client=client, selection=dict(selection), scope_extras=dict(scope_extras), budget_tokens=budget_tokens,
             parent_session_id=parent_session_id, parent_exchange_id=parent_exchange_id,
             parent_call_id=parent_call_id, child_session=child, created_at=now, updated_at=now,
         )
         _audit(AuditKind.JOB_CREATED, job, {"kind": job.kind, "agent": agent, "parent_session": parent_session_id,
                                             "parent_call": parent_call_id, "child_session": child.pk,
                                             "tools": sorted(tools), "selection": dict(selection),
-                                            "exec_allowlist": None if exec_allowlist is None else list(exec_allowlist)},
+                                            "exec_allowlist": None if exec_allowlist is None else list(exec_allowlist),
+                                            "budget_tokens": budget_tokens},
                Actor.parse(f"user:{owner_id}"))
         announce(job)
         enqueue_on_commit(RUN_TASK, job.pk)

@@ -181,8 +181,10 @@ def _job_env(session: Session, job: ScheduledJob, *, exchange_id: int, hooks: Lo
     )
     provider = provider_for(agent, str(job.selection.get("client") or job.client or ""))
     owner_root = _root_env(agent, scope, provider, plugins.sockets.tools, hooks)
-    return frame_env(owner_root, job_grant(job), agent=agent, provider=provider,
-                     bounds=deployment_bounds().override(agent.bounds), narrative="")
+    bounds = deployment_bounds().override(agent.bounds)
+    if job.budget_tokens is not None:  # an async task spends what it reserved from its root at spawn
+        bounds = bounds.override({"budget_tokens": job.budget_tokens})
+    return frame_env(owner_root, job_grant(job), agent=agent, provider=provider, bounds=bounds, narrative="")
 
 
 def _root_env(agent: AgentSpec, scope: TurnScope, provider: LlmProvider, tools: ToolRegistry,

@@ -53,12 +53,17 @@ def _delegate(agent: AgentSpec, task: str, requested: list[str] | None, mode: st
     selection = select_model(agent, client)
     if mode == "async":  # the grant is recorded on the job once, here, and read back on every run and resume
         grant = FrameGrant.at_spawn(link.env, tools=tools, asked_exec=agent.exec_allowlist)
+        # One budget for the tree: the task reserves its own bound from what the root has left.
+        budget = link.authority.reserve(deployment_bounds().override(agent.bounds).budget_tokens)
+        if budget == 0:
+            raise ToolError("no budget is left in this run for an async task", code="budget_exhausted")
         scope = context.scope
         assert scope.user_id is not None
         job = job_submit_task(
             owner_id=scope.user_id, source=scope.source, parent_session_id=scope.session_id,
             parent_exchange_id=link.exchange_id, parent_call_id=context.call_id or None, agent=agent.name,
-            task=task, tools=grant.tools, exec_allowlist=grant.exec_allowlist, client=selection.client,
+            task=task, tools=grant.tools, exec_allowlist=grant.exec_allowlist, budget_tokens=budget,
+            client=selection.client,
             selection=selection.as_dict(),
             scope_extras={**dict(scope.extras), "gate_agent": scope.agent},
         )

@@ -127,8 +127,10 @@ def lapse_and_recover(exchange: Exchange) -> None:
     recover_exchange_task(exchange.pk)
 
 
-def expect(frames: list[dict[str, Any]], scope: tuple[Any, ...]) -> None:
-    """Three model turns (first run, after the approval, after the crash), one environment."""
+def expect(frames: list[dict[str, Any]], scope: tuple[Any, ...], budget: int = 50_000) -> None:
+    """Three model turns (first run, after the approval, after the crash), one environment. The
+    budget is the tree's: a sync child's ledger is its root's; an async task's is what it reserved
+    from its root at spawn; a cron run's is its own bound."""
     assert len(frames) == 3, frames
     first = frames[0]
     assert first["tools"] == sorted(CHILD_TOOLS)  # the parent's ∩ the agent's ∩ the ask: never more
@@ -136,7 +138,7 @@ def expect(frames: list[dict[str, Any]], scope: tuple[Any, ...]) -> None:
     assert first["scope"] == scope
     assert first["detector"] == ["org:acme-key"]
     assert first["compaction"] == deployment_compaction() and first["compaction"].keep_rows == 7
-    assert first["budget"][0] == 50_000
+    assert first["budget"] == (budget, budget)
     assert first["cancel_wired"] and first["agent"] == "log-analyst"
     assert frames[1] == first, "resume after approval built its environment another way"
     assert frames[2] == first, "recovery after a crash built its environment another way"
@@ -178,7 +180,9 @@ def test_an_async_task_has_the_same_environment_first_after_approval_and_after_a
 
     run.refresh_from_db()
     assert run.status == "succeeded" and run.delivered_at is not None
-    expect(seen["job"], scope_of(conversation, alice))
+    job = ScheduledJob.objects.get()
+    assert job.budget_tokens is not None and job.budget_tokens < 50_000  # the root had spent some already
+    expect(seen["job"], scope_of(conversation, alice), budget=job.budget_tokens)
 
 
 def test_a_cron_run_has_the_same_environment_first_after_approval_and_after_a_crash(
@@ -223,6 +227,9 @@ def test_every_origin_builds_the_same_environment(governed, router, seen, conver
     run_cron_job(job.pk)
 
     child, task, cron = seen["child"][0], seen["job"][0], seen["job"][1]
-    assert child == task
-    assert {k: v for k, v in cron.items() if k != "scope"} == {k: v for k, v in child.items() if k != "scope"}
+    reserved = ScheduledJob.objects.get(kind="task").budget_tokens
+    assert task["budget"] == (reserved, reserved) and child["budget"] == cron["budget"] == (50_000, 50_000)
+    assert {k: v for k, v in task.items() if k != "budget"} == {k: v for k, v in child.items() if k != "budget"}
+    assert {k: v for k, v in cron.items() if k not in ("scope", "budget")} == \
+        {k: v for k, v in child.items() if k not in ("scope", "budget")}
 

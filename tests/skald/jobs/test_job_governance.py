@@ -217,3 +217,41 @@ def test_cancelling_a_task_parked_on_an_approval_withdraws_it_and_ends_the_task_
     assert run.delivered_at is not None
     (delivered,) = task_completed_calls(conversation)
     assert "was cancelled" in delivered.result
+
+
+def spend(provider: LoopbackProvider, parent_session: int) -> tuple[int, int]:
+    """(the parent's tokens, the task's tokens): every scripted call reports 120."""
+    parent = sum(1 for request in provider.calls if request.metadata["session"] == parent_session)
+    return parent * 120, (len(provider.calls) - parent) * 120
+
+
+@pytest.mark.parametrize("agent_budget", [None, 240], ids=["deployment-bound", "agent-bound"])
+def test_an_async_task_spends_from_its_roots_budget_never_a_fresh_one(
+        routed, conversation, say, allow_all, inline_tasks, settings, agent_budget):
+    """Reproduction 2: with a 600-token budget and 120 tokens a call, an async child used to get a
+    fresh 600 (the tree spent 960). It now reserves its own bound (the agent's default budget, else
+    the deployment's) from what the root has left at spawn, and the root cannot spend it twice."""
+    route, provider = routed
+    settings.SKALD_LOOP_BOUNDS = {"budget_tokens": 600}
+    Agent.objects.filter(name="log-analyst").update(
+        bounds={} if agent_budget is None else {"budget_tokens": agent_budget})
+    usage = (60, 60)
+    route.queues["root"].extend([
+        tool_turn(("execute_task", {"agent": "log-analyst", "task": "dig", "mode": "async"}), usage=usage),
+        text_turn("started", usage=usage), text_turn("read it", usage=usage)])
+    route.queues["job"].extend([tool_turn(("scratchpad_set", {"key": "k", "value": "v"}), usage=usage)
+                                for _ in range(8)])
+    first = say("dig in the background")
+
+    job = ScheduledJob.objects.get()
+    reserved = 480 if agent_budget is None else agent_budget  # the root had 600 - 120 left at spawn
+    assert job.budget_tokens == reserved
+    run = job.runs.get()
+    assert run.exchange is not None and run.exchange.budget_tokens == reserved
+    assert run.outcome == "budget_exceeded"
+    first.refresh_from_db()
+    root_first_exchange = sum(1 for r in provider.calls if r.metadata["session"] == conversation.pk
+                              and r.metadata["exchange"] == first.number) * 120
+    _parent, task = spend(provider, conversation.pk)
+    assert task == reserved  # it stopped at what it reserved
+    assert root_first_exchange + task <= 600  # one budget for the exchange's tree, never 960
