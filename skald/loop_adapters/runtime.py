@@ -4,6 +4,7 @@ gate, scope. Entry points (tasks, services) build a :class:`~loop.driver.LoopEnv
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from django.conf import settings
@@ -184,7 +185,10 @@ def _job_env(session: Session, job: ScheduledJob, *, exchange_id: int, hooks: Lo
     bounds = deployment_bounds().override(agent.bounds)
     if job.budget_tokens is not None:  # an async task spends what it reserved from its root at spawn
         bounds = bounds.override({"budget_tokens": job.budget_tokens})
-    return frame_env(owner_root, job_grant(job), agent=agent, provider=provider, bounds=bounds, narrative="")
+    env = frame_env(owner_root, job_grant(job), agent=agent, provider=provider, bounds=bounds, narrative="")
+    # A job's frame is its conversation's root: what it is offered is recorded as a root's is (a
+    # cron job's tools may never have been offered anywhere else).
+    return replace(env, discovery=owner_root.discovery)
 
 
 def _root_env(agent: AgentSpec, scope: TurnScope, provider: LlmProvider, tools: ToolRegistry,
