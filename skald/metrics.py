@@ -122,10 +122,19 @@ def _compaction_families() -> Iterator[Metric]:
 
 
 def _job_families() -> Iterator[Metric]:
-    """Job-run endings parked as dead letters after failed deliveries (issue 27 §4)."""
+    """Job-run endings parked as dead letters after failed deliveries (issue 27 §4), and what async
+    tasks and cron runs spent beside the conversations that started them (§2: the trees' spend)."""
     dead = GaugeMetricFamily("skald_job_dead_letters", "Job runs whose delivery is parked for an operator")
     dead.add_metric([], JobRun.objects.filter(dead_lettered_at__isnull=False, delivered_at__isnull=True).count())
     yield dead
+    spent = CounterMetricFamily("skald_job_tokens", "Provider tokens spent by job runs, by job kind",
+                                labels=["kind"])
+    rows = (Exchange.objects.filter(session__in=JobRun.objects.values("session_id")).values("session__job__kind")
+            .annotate(i=Sum("input_tokens"), o=Sum("output_tokens")))
+    by_kind = {str(r["session__job__kind"] or "cron"): int(r["i"] or 0) + int(r["o"] or 0) for r in rows}
+    for kind in ("task", "cron"):
+        spent.add_metric([kind], by_kind.get(kind, 0))
+    yield spent
 
 
 MetricSource = Callable[[], Iterable[Metric]]

@@ -12,6 +12,7 @@ from audit.actors import Actor
 from loop.models import Frame
 from skald.cases.services import case_create
 from skald.jobs.models import JobKind, ScheduledJob
+from skald.jobs.selectors import tree_spend
 from skald.sessions.services import session_create
 from skald.tasks import run_cron_job
 
@@ -91,3 +92,7 @@ def test_a_runs_page_shows_its_frame_tree(operator_client, agents, alice, settin
     page = operator_client.get(f"/admin/skald/run/{run.pk}/change/").content.decode()
     assert "Frame tree" in page and 'class="frame depth-1"' in page
     assert f"<strong>{child.agent}</strong> depth 1" in page and "execute_task" in page and "read_logs" in page
+    # Issue 27 §2: the tree's spend (this run's exchanges with their sync children, and its async task).
+    spent = tree_spend(session_id=run.session_id)
+    assert spent.own > 0 and spent.task_count == 1 and spent.tasks > 0
+    assert f"Token spend (tree)</dt><dd class=\"skald-tree-spend\">{spent.total} — this run {spent.own}" in page

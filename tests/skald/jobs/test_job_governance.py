@@ -21,6 +21,7 @@ from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
 from skald.jobs import delivery
 from skald.jobs.delivery import deliver_due, deliveries_due
 from skald.jobs.models import JobRun, ScheduledJob
+from skald.jobs.selectors import tree_spend
 from skald.jobs.services import DEAD_LETTER_AFTER
 from skald.loop_adapters.runtime import set_provider_factory
 from skald.metrics import render as metrics_render
@@ -256,3 +257,7 @@ def test_an_async_task_spends_from_its_roots_budget_never_a_fresh_one(
     _parent, task = spend(provider, conversation.pk)
     assert task == reserved  # it stopped at what it reserved
     assert root_first_exchange + task <= 600  # one budget for the exchange's tree, never 960
+    parent, _task = spend(provider, conversation.pk)
+    tree = tree_spend(session_id=conversation.pk)  # what the admin's run page and /metrics show
+    assert (tree.own, tree.tasks, tree.task_count) == (parent, task, 1)
+    assert f'skald_job_tokens_total{{kind="task"}} {float(task)}'.encode() in metrics_render()
