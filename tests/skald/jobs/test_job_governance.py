@@ -13,20 +13,23 @@ from approvals.models import ApprovalStatus, PendingApproval, TripwirePattern
 from approvals.rules.seed import default_rules_ensure
 from approvals.tripwires.services import tripwire_pattern_save
 from audit.actors import Actor
+from audit.kinds import AuditKind
+from audit.models import AuditEvent
 from loop.cancellation import CancelToken
 from loop.errors import ProviderError
 from loop.models import Frame, ToolCall
 from loop.providers.base import Delta, ProviderRequest
 from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
 from skald.jobs import delivery
+from skald.jobs.cron import cron_job_create
 from skald.jobs.delivery import deliver_due, deliveries_due
 from skald.jobs.models import JobRun, ScheduledJob
 from skald.jobs.selectors import tree_spend
-from skald.jobs.services import DEAD_LETTER_AFTER
+from skald.jobs.services import DEAD_LETTER_AFTER, job_run_delivery_failed, job_run_delivery_retry
 from skald.loop_adapters.runtime import set_provider_factory
 from skald.metrics import render as metrics_render
 from skald.models import Agent
-from skald.tasks import deliver_due_jobs
+from skald.tasks import deliver_due_jobs, run_cron_job
 from tests.skald.conftest import task_completed_calls
 from tests.skald.test_frame_environment import ACME_KEY, Crash, Router, lapse_and_recover
 
@@ -261,3 +264,78 @@ def test_an_async_task_spends_from_its_roots_budget_never_a_fresh_one(
     tree = tree_spend(session_id=conversation.pk)  # what the admin's run page and /metrics show
     assert (tree.own, tree.tasks, tree.task_count) == (parent, task, 1)
     assert f'skald_job_tokens_total{{kind="task"}} {float(task)}'.encode() in metrics_render()
+
+
+def test_a_worker_lost_between_a_runs_end_and_its_delivery_strands_nothing(
+        routed, conversation, say, allow_all, inline_tasks, monkeypatch):
+    """A worker lost between a run's ending and its delivery (in-process: the delivery dies with a
+    BaseException nothing catches): the parent's follow-up or the sweep delivers it, exactly once."""
+    route, _provider = routed
+    route.queues["root"].extend([
+        tool_turn(("execute_task", {"agent": "log-analyst", "task": "dig", "mode": "async"})),
+        text_turn("started"), text_turn("read it")])
+    route.queues["job"].append(text_turn("found it"))
+    original = delivery.job_run_deliver
+    crashes = {"left": 1}
+
+    def dies_once(*, run_id: int) -> str:
+        if crashes["left"]:
+            crashes["left"] -= 1
+            raise Crash()  # the worker is lost after the ending committed, before its delivery
+        return original(run_id=run_id)
+
+    monkeypatch.setattr(delivery, "job_run_deliver", dies_once)
+    try:  # where the crash surfaces depends on which thread ran the inline task
+        say("dig in the background")
+    except Crash:
+        pass
+    run = JobRun.objects.get()
+    assert crashes["left"] == 0 and run.status == "succeeded"  # its first delivery died
+
+    deliver_due_jobs()  # the sweep
+    deliver_due_jobs()
+    run.refresh_from_db()
+    assert run.delivered_at is not None
+    assert deliver_due() == [] and len(task_completed_calls(conversation)) == 1  # exactly once
+
+
+def test_a_worker_lost_during_a_dead_letters_retry_strands_nothing(
+        routed, conversation, alice, allow_all, inline_tasks, monkeypatch):
+    """A dead letter whose retried delivery dies: the retry committed first, so the run is due again
+    and the sweep delivers it, exactly once."""
+    route, _provider = routed
+    route.queues["job"].append(text_turn("nightly: nothing unusual"))
+    job = cron_job_create(owner_id=alice.pk, agent="log-analyst", task="nightly", expression="0 3 * * *",
+                          home_session_id=conversation.pk, principal=f"user:{alice.pk}")
+    original = delivery.job_run_deliver
+    mode = {"now": "fail"}
+
+    def flaky(*, run_id: int) -> str:
+        if mode["now"] == "fail":
+            return _fail(run_id)
+        if mode["now"] == "die":
+            mode["now"] = "ok"
+            raise Crash()  # the worker carrying out the retry is lost
+        return original(run_id=run_id)
+
+    def _fail(run_id: int) -> str:
+        job_run_delivery_failed(run_id=run_id, error="RuntimeError: the home cannot take it")
+        return "failed"
+
+    monkeypatch.setattr(delivery, "job_run_deliver", flaky)
+    run_cron_job(job.pk)
+    for _ in range(DEAD_LETTER_AFTER):
+        deliver_due_jobs()
+    run = JobRun.objects.get()
+    assert run.dead_lettered_at is not None and run.delivered_at is None
+
+    mode["now"] = "die"
+    with pytest.raises(Crash):
+        job_run_delivery_retry(run_id=run.pk, principal=f"user:{alice.pk}")
+    run.refresh_from_db()
+    assert run.dead_lettered_at is None and run.pk in deliveries_due()  # the retry committed: it is due
+    deliver_due_jobs()
+    deliver_due_jobs()
+    run.refresh_from_db()
+    assert run.delivered_at is not None
+    assert AuditEvent.objects.filter(kind=AuditKind.JOB_DELIVERED, subject_id=str(job.pk)).count() == 1
