@@ -158,8 +158,13 @@ def build_env(session: Session, *, exchange_id: int = 0, hooks: LoopHooks | None
     return _root_env(agent, scope, provider_for(agent), plugins.sockets.tools.subset(agent.tools), hooks)
 
 
+JOB_SOURCES = ("task", "cron")  # the sources skald.jobs gives the conversations it creates
+
+
 def job_of(session: Session) -> ScheduledJob | None:
     """The job whose run ``session`` is: an async task's child conversation or a cron firing's."""
+    if session.source not in JOB_SOURCES:  # a person's conversation: no lookup on every turn
+        return None
     run = JobRun.objects.select_related("job").filter(session_id=session.pk).first()
     if run is not None:
         return run.job
