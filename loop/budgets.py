@@ -43,6 +43,19 @@ class DispatchAuthority:
                 return
             self.spent_tokens += input_tokens + output_tokens
 
+    def reserve(self, tokens: int | None) -> int | None:
+        """Reserve what a frame spawned to run later (an async task) may spend: ``tokens`` (its own
+        bound; None: unbounded) capped at what remains, charged to this ledger now so the tree can
+        never spend it twice. Returns the reservation; None when this ledger has no budget (nothing
+        to reserve from: the child runs under its own bound)."""
+        with self._lock:
+            if self.budget_tokens is None:
+                return tokens
+            remaining = max(0, self.budget_tokens - self.spent_tokens)
+            granted = remaining if tokens is None else min(tokens, remaining)
+            self.spent_tokens += granted
+            return granted
+
     @property
     def exceeded(self) -> bool:
         return self.budget_tokens is not None and self.spent_tokens >= self.budget_tokens

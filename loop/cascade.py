@@ -31,7 +31,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from loop.cancellation import CancelToken
-from loop.delegation import child_drive, child_env, child_return
+from loop.delegation import FrameGrant, child_drive, child_return
+from loop.delegation import frame_env as child_frame_env
 from loop.driver import FrameDrive, LoopEnv, ParkEntry, park_tree, run_frame, tool_round
 from loop.errors import HarnessError
 from loop.events import EventKind
@@ -58,7 +59,8 @@ class TreeState:
 
 def frame_env(env: LoopEnv, frame: Frame) -> LoopEnv:
     """The environment a stored frame runs in: the root's, or a child's rebuilt from its rows (its
-    own agent and model from the catalog, never the root's; the tools it was opened with).
+    own agent and model from the catalog, never the root's; the grant recorded when it opened,
+    through the one :func:`loop.delegation.frame_env`).
 
     Raises:
         HarnessError: ``frame_unrebuildable`` when the product gave no ``frame_agents``.
@@ -69,9 +71,10 @@ def frame_env(env: LoopEnv, frame: Frame) -> LoopEnv:
         raise HarnessError(f"frame {frame.pk} cannot be rebuilt: no frame_agents", code="frame_unrebuildable")
     setup = env.frame_agents.child(frame.agent, frame.selection)
     opened = env.store.frames.rows_of(frame, EventKind.FRAME_OPENED)
-    tools = opened[0].get("tools", setup.agent.tools) if opened else setup.agent.tools
-    return child_env(env, agent=setup.agent, provider=setup.provider, tools=tools, bounds=setup.bounds,
-                     narrative=frame.narrative)
+    if not opened:
+        raise HarnessError(f"frame {frame.pk} has no opening row to read its grant from", code="frame_unrebuildable")
+    return child_frame_env(env, FrameGrant.recorded(opened[0]), agent=setup.agent, provider=setup.provider,
+                           bounds=setup.bounds, narrative=frame.narrative)
 
 
 def _done_turns(env: LoopEnv, frame: Frame) -> int:

@@ -7,7 +7,10 @@ The rules a child runs under, all decided here:
   ``MAX_AGENT_DEPTH`` (5). Opening depth 6 is refused with a model-visible ``max_agent_depth`` error.
 * **Capability subtraction** — the child's tools are the parent's ∩ the child agent's declared ∩ the
   requested ones (:func:`child_tool_names`), taken from the parent's own registry, so nothing is
-  ever added. The gate and its scope are the parent's: same user, same security groups. A call
+  ever added; its ``execute_cmd`` programs are the parent's ∩ the agent's ask
+  (:func:`child_exec_allowlist`). What it was granted is recorded once at spawn
+  (:class:`FrameGrant`) and every environment of the frame is built from that record by
+  :func:`frame_env`. The gate and its scope are the parent's: same user, same security groups. A call
   the gate wants a human for parks the whole tree (:class:`ChildDrive`); approving it resumes
   the child, then its parent (:mod:`loop.cascade`).
 * **One ledger** — the child dispatches through the parent's :class:`~loop.budgets.DispatchAuthority`
@@ -113,12 +116,63 @@ class ChildDrive(FrameDrive):
         return outcome
 
 
-def child_env(parent: LoopEnv, *, agent: AgentSpec, provider: LlmProvider, tools: Sequence[str],
+@dataclass(frozen=True)
+class FrameGrant:
+    """What a frame was granted, recorded once by its creator at spawn (a child frame's
+    ``control:frame_opened`` row; an async task's or cron job's row) and read back from there on
+    every resume, never recomputed from the agent's definition (SPEC S2).
+
+    ``exec_allowlist`` None: the parent's process grant, unnarrowed (the agent asked for nothing
+    narrower).
+    """
+
+    tools: tuple[str, ...]
+    exec_allowlist: tuple[str, ...] | None = None
+
+    @classmethod
+    def at_spawn(cls, parent: LoopEnv, *, tools: Sequence[str], asked_exec: Sequence[str] | None) -> FrameGrant:
+        """A child's grant, subtracted from its parent's environment: ``tools`` must already be a
+        subset of the parent's (:func:`child_tool_names`); the process grant is the parent's ∩
+        the ask (a disjoint ask leaves none)."""
+        return cls(tools=tuple(tools), exec_allowlist=child_exec_allowlist(parent.scope.exec_allowlist, asked_exec))
+
+    def record(self) -> dict[str, Any]:
+        """What the spawn row stores."""
+        return {"tools": list(self.tools),
+                "exec_allowlist": None if self.exec_allowlist is None else list(self.exec_allowlist)}
+
+    @classmethod
+    def recorded(cls, row: Mapping[str, Any]) -> FrameGrant:
+        """A grant read back from its spawn row."""
+        allow = row.get("exec_allowlist")
+        return cls(tools=tuple(row.get("tools") or ()), exec_allowlist=None if allow is None else tuple(allow))
+
+
+def child_exec_allowlist(parent: Sequence[str] | None, asked: Sequence[str] | None) -> tuple[str, ...] | None:
+    """Subtraction of the process grant: the parent's programs the child asks for, in the parent's
+    order. No ask keeps the parent's; an unnarrowed parent (None) gives the ask, which the tool
+    still bounds by the deployment's list."""
+    if asked is None:
+        return None if parent is None else tuple(parent)
+    if parent is None:
+        return tuple(asked)
+    wanted = set(asked)
+    return tuple(name for name in parent if name in wanted)
+
+
+def frame_env(parent: LoopEnv, grant: FrameGrant, *, agent: AgentSpec, provider: LlmProvider,
               bounds: Bounds | None, narrative: str) -> LoopEnv:
-    """The environment a child frame runs in: its own agent and model, at most the parent's tools
-    (taken from the parent's registry), the parent's gate, scope and store."""
-    return replace(parent, provider=provider, tools=parent.tools.subset(tools), agent=agent, narrative=narrative,
-                   bounds=bounds or parent.bounds, discovery=None)
+    """The one way a frame below a root gets its environment: its parent's (the same gate, scope,
+    store, detector, compaction policy, hooks and cancellation wiring), narrowed by what it was
+    granted at spawn — at most the parent's tools, taken from the parent's registry, and the
+    recorded process grant — with its own agent, model and bounds.
+
+    A sync child at spawn, a child resumed after an approval or recovered after a crash, and (in
+    the product) an async task or cron run over its owner's root environment all come here.
+    """
+    scope = replace(parent.scope, exec_allowlist=grant.exec_allowlist)
+    return replace(parent, provider=provider, tools=parent.tools.subset(grant.tools), agent=agent,
+                   narrative=narrative, bounds=bounds or parent.bounds, discovery=None, scope=scope)
 
 
 def child_drive(env: LoopEnv, link: FrameLink, frame: Frame, token: CancelToken, *, done_turns: int = 0,
@@ -137,11 +191,13 @@ def run_child(link: FrameLink, request: ChildRequest, context: ToolContext) -> D
     """
     check_depth(link)
     narrative = f"child:{request.agent.name}:c{context.call_id}:"
-    env = child_env(link.env, agent=request.agent, provider=request.provider, tools=request.tools,
-                    bounds=request.bounds, narrative=narrative)
+    grant = FrameGrant.at_spawn(link.env, tools=request.tools, asked_exec=request.agent.exec_allowlist)
+    env = frame_env(link.env, grant, agent=request.agent, provider=request.provider, bounds=request.bounds,
+                    narrative=narrative)
+    grant = replace(grant, tools=tuple(env.tools.names()))  # what the registry really had
     frame = env.store.frames.open(exchange=link.exchange, parent=link.frame, parent_call_id=context.call_id,
                                   agent=request.agent.name, narrative=narrative, task=request.task,
-                                  selection=request.selection, tools=env.tools.names(), principal=env.principal)
+                                  selection=request.selection, grant=grant.record(), principal=env.principal)
     failpoint("delegation.after_child_open")
     # The call's token, a child of the parent's: a stop reaches here at once.
     drive = child_drive(env, link, frame, context.cancel)
@@ -177,5 +233,5 @@ def child_return(store: Store, frame: Frame, outcome: TerminalOutcome, *, parent
     return DelegateReturn(content=text, status=status, subagent=subagent)
 
 
-__all__ = ["ChildDrive", "ChildRequest", "DelegateReturn", "FrameLink", "check_depth", "child_drive", "child_env",
-           "child_return", "child_tool_names", "frame_link", "run_child"]
+__all__ = ["ChildDrive", "ChildRequest", "DelegateReturn", "FrameGrant", "FrameLink", "check_depth", "child_drive",
+           "child_exec_allowlist", "child_return", "child_tool_names", "frame_env", "frame_link", "run_child"]

@@ -76,15 +76,24 @@ def dispatch(
     parts: list[str] = []
     calls: dict[int, dict[str, str]] = {}
     stream = provider.stream(request, cancel=cancel)
+    streamed = False
     try:
         for delta in stream:
+            streamed = True
             if cancel.cancelled:
                 raise DispatchCanceled(cancel.reason)
             apply_delta(turn, parts, calls, delta)
             if on_text is not None and isinstance(delta, TextDelta) and delta.text:
                 on_text(delta.text)
     except ProviderError:
-        authority.settle(None, None)
+        # A provider that refused the call before streaming anything (a 503, a bad gateway)
+        # generated nothing: its spend is known, zero. Only a call that broke mid-stream has an
+        # unknown spend that stops the tree's dispatch (issue 27 §5: a child's 503 is the child's
+        # failure, never the tree's budget).
+        if streamed or cancel.cancelled:
+            authority.settle(None, None)
+        else:
+            authority.settle(0, 0)
         if cancel.cancelled:
             raise DispatchCanceled(cancel.reason) from None
         raise

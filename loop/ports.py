@@ -68,6 +68,9 @@ class TurnScope:
     workspace: Path
     source: str = "web"
     extras: Mapping[str, Any] = field(default_factory=dict)
+    # The programs this frame's ``execute_cmd`` may run, already narrowed from its parent's (SPEC
+    # S2: a child's process grant is the parent's ∩ its ask). None: the deployment's, unnarrowed.
+    exec_allowlist: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +185,8 @@ class AgentSpec:
     description: str = ""
     bounds: Mapping[str, Any] = field(default_factory=dict)
     playbook: Sequence[Mapping[str, Any]] = ()
+    # The programs this agent asks to run when it is a child; None asks for nothing narrower.
+    exec_allowlist: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,15 +31,17 @@ class FrameLog:
 
     def open(
         self, *, exchange: Exchange, parent: Frame, parent_call_id: int, agent: str, narrative: str, task: str,
-        selection: Mapping[str, Any], tools: Sequence[str], principal: str,
+        selection: Mapping[str, Any], grant: Mapping[str, Any], principal: str,
     ) -> Frame:
-        """Open a child frame one level below ``parent``; its narrative starts with the task."""
+        """Open a child frame one level below ``parent``; its narrative starts with the task.
+        ``grant`` (its tools and process grant, :class:`loop.delegation.FrameGrant`) is recorded
+        once, in the ``control:frame_opened`` row."""
         with transaction.atomic():
             frame = rows.open_child(session_id=exchange.session_id, exchange_id=exchange.pk, depth=parent.depth + 1,
                                     agent=agent, narrative=narrative, parent_call_id=parent_call_id,
                                     selection=selection, now=self.journal.now())
             opened = {"frame": frame.pk, "depth": frame.depth, "agent": agent, "parent_frame": parent.pk,
-                      "parent_call": parent_call_id, "selection": dict(selection), "tools": list(tools)}
+                      "parent_call": parent_call_id, "selection": dict(selection), **grant}
             base = f"s{exchange.session_id}:{narrative}e{exchange.number}"
             self.journal.append(exchange.session_id, EventKind.FRAME_OPENED, opened, f"{base}:opened",
                                 exchange_id=exchange.pk, narrative=narrative)

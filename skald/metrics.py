@@ -21,6 +21,7 @@ from loop.events import EventKind
 from loop.hooks import HookPoint
 from loop.models import Exchange, ExchangeStatus, SessionEvent
 from skald import backpressure, dbpool
+from skald.jobs.models import JobRun
 
 
 class StoreCollector(Collector):
@@ -52,6 +53,7 @@ class StoreCollector(Collector):
 
         yield from _hook_families()
         yield from _compaction_families()
+        yield from _job_families()
 
         yield from _this_process()
 
@@ -117,6 +119,22 @@ def _compaction_families() -> Iterator[Metric]:
     stops = CounterMetricFamily("skald_compaction_quota_stops", "Episodes stopped at the compaction quota")
     stops.add_metric([], SessionEvent.objects.filter(kind=EventKind.COMPACTION_QUOTA).count())
     yield stops
+
+
+def _job_families() -> Iterator[Metric]:
+    """Job-run endings parked as dead letters after failed deliveries (issue 27 §4), and what async
+    tasks and cron runs spent beside the conversations that started them (§2: the trees' spend)."""
+    dead = GaugeMetricFamily("skald_job_dead_letters", "Job runs whose delivery is parked for an operator")
+    dead.add_metric([], JobRun.objects.filter(dead_lettered_at__isnull=False, delivered_at__isnull=True).count())
+    yield dead
+    spent = CounterMetricFamily("skald_job_tokens", "Provider tokens spent by job runs, by job kind",
+                                labels=["kind"])
+    rows = (Exchange.objects.filter(session__in=JobRun.objects.values("session_id")).values("session__job__kind")
+            .annotate(i=Sum("input_tokens"), o=Sum("output_tokens")))
+    by_kind = {str(r["session__job__kind"] or "cron"): int(r["i"] or 0) + int(r["o"] or 0) for r in rows}
+    for kind in ("task", "cron"):
+        spent.add_metric([kind], by_kind.get(kind, 0))
+    yield spent
 
 
 MetricSource = Callable[[], Iterable[Metric]]

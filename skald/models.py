@@ -26,6 +26,10 @@ class Agent(models.Model):
     strength = models.PositiveSmallIntegerField(default=1)
     bounds = models.JSONField(default=dict, blank=True, help_text="Overrides of the loop bounds (L2).")
     playbook = models.JSONField(default=list, blank=True, help_text="Steps of the deterministic provider.")
+    exec_allowlist = models.JSONField(
+        null=True, blank=True, help_text="Programs this agent asks to run with execute_cmd when it runs as a child "
+        "(it gets its parent's ∩ these). Empty: the parent's.",
+    )
     enabled = models.BooleanField(default=True)
 
     class Meta:

@@ -12,21 +12,25 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from loop.models import Session
 from skald.core.admin import ReadOnlyAdmin, ReadOnlyMixin
 from skald.core.errors import SkaldError
 from skald.jobs.cron import cron_expression_check, cron_job_create, cron_job_update
 from skald.jobs.models import JobKind, JobRun, ScheduledJob
-from skald.jobs.services import job_cancel
+from skald.jobs.services import job_cancel, job_run_delivery_retry
 from skald.models import Agent, AgentKind
 
 
 class CronJobForm(forms.ModelForm):
     agent = forms.ChoiceField(choices=())
     cron = forms.CharField(max_length=120, help_text="min hour day month weekday (an optional 6th field: seconds)")
+    home_session = forms.ModelChoiceField(
+        queryset=Session.objects.none(), label="Home conversation", required=False,
+        help_text="Where each run's result is posted: one of your conversations (issue 27 §7).")
 
     class Meta:
         model = ScheduledJob
-        fields = ["agent", "task", "cron", "source"]
+        fields = ["agent", "task", "cron", "source", "home_session"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -37,6 +41,13 @@ class CronJobForm(forms.ModelForm):
         if isinstance(field, forms.ChoiceField):
             field.choices = [(name, name) for name in names]
 
+    def clean_home_session(self) -> Session | None:
+        home: Session | None = self.cleaned_data.get("home_session")
+        if self.instance.pk is None and home is None:  # its runs' results would reach nobody
+            raise forms.ValidationError("A cron job needs a home conversation for its results.",
+                                        code="cron_home_required")
+        return home
+
     def clean_cron(self) -> str:
         try:
             return cron_expression_check(self.cleaned_data["cron"])
@@ -46,7 +57,8 @@ class CronJobForm(forms.ModelForm):
 
 class JobRunInline(ReadOnlyMixin, admin.TabularInline):
     model = JobRun
-    fields = ("number", "status", "outcome", "error", "started_at", "ended_at", "delivered_at", "session")
+    fields = ("number", "status", "outcome", "error", "started_at", "ended_at", "delivered_at", "delivery_attempts",
+              "delivery_error", "dead_lettered_at", "session")
     readonly_fields = fields
     extra = 0
     max_num = 0
@@ -67,11 +79,15 @@ class ScheduledJobAdmin(admin.ModelAdmin):
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
         if obj is None or obj.kind == JobKind.CRON:
             kwargs["form"] = CronJobForm
-        return super().get_form(request, obj, change, **kwargs)
+        form = super().get_form(request, obj, change, **kwargs)
+        home = form.base_fields.get("home_session")
+        if isinstance(home, forms.ModelChoiceField):  # a home is one of the creator's own conversations
+            home.queryset = Session.objects.filter(owner_id=request.user.pk).exclude(source__in=["task", "cron"])
+        return form
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         if obj is None:
-            return ["agent", "task", "cron", "source"]
+            return ["agent", "task", "cron", "source", "home_session"]
         if obj.kind == JobKind.CRON:
             return ["agent", "task", "cron", "source", *self.readonly_fields]
         return ["agent", "task", *self.readonly_fields]
@@ -90,8 +106,10 @@ class ScheduledJobAdmin(admin.ModelAdmin):
             if change:
                 cron_job_update(job_id=obj.pk, expression=data["cron"], task=data["task"], principal=principal)
             else:
+                home = data.get("home_session")
                 created = cron_job_create(owner_id=int(request.user.pk or 0), agent=data["agent"], task=data["task"],
                                           expression=data["cron"], source=data.get("source") or "web",
+                                          home_session_id=home.pk if home is not None else None,
                                           principal=principal)
                 obj.pk = created.pk
         except SkaldError as exc:  # e.g. the agent was disabled meanwhile: nothing was stored
@@ -120,8 +138,41 @@ class ScheduledJobAdmin(admin.ModelAdmin):
         self.message_user(request, f"Cancelled {done} job(s).", messages.SUCCESS)
 
 
+class DeadLetterFilter(admin.SimpleListFilter):
+    title = "delivery"
+    parameter_name = "delivery"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("dead", "dead letters"), ("pending", "not delivered yet"), ("delivered", "delivered")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> QuerySet[JobRun]:
+        match self.value():
+            case "dead":
+                return queryset.filter(dead_lettered_at__isnull=False)
+            case "pending":
+                return queryset.filter(delivered_at__isnull=True, dead_lettered_at__isnull=True)
+            case "delivered":
+                return queryset.filter(delivered_at__isnull=False)
+        return queryset
+
+
 @admin.register(JobRun)
 class JobRunAdmin(ReadOnlyAdmin):
-    list_display = ["id", "job", "number", "status", "outcome", "started_at", "ended_at", "delivered_at"]
-    list_filter = ["status", "job__kind"]
+    """Job runs with their delivery: a dead letter shows its error and can be retried (issue 27 §4)."""
+
+    list_display = ["id", "job", "number", "status", "outcome", "started_at", "ended_at", "delivered_at",
+                    "delivery_attempts", "delivery_error", "dead_lettered_at"]
+    list_filter = [DeadLetterFilter, "status", "job__kind"]
     list_select_related = ["job"]
+    actions = ["retry_delivery"]
+
+    @admin.action(description="Retry the delivery of selected dead letters")
+    def retry_delivery(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> None:
+        done = 0
+        for run in queryset:
+            try:
+                job_run_delivery_retry(run_id=run.pk, principal=f"user:{request.user.pk}")
+                done += 1
+            except SkaldError as exc:
+                self.message_user(request, f"run #{run.pk}: {exc.message}", messages.WARNING)
+        self.message_user(request, f"Retried {done} delivery(ies).", messages.SUCCESS)

@@ -34,6 +34,7 @@ from skald.core.errors import SkaldError
 from skald.core.ids import new_token
 from skald.core.roles import GOVERNANCE_ROLES, Role, has_role
 from skald.crosscheck import replay_verify_run
+from skald.jobs.selectors import tree_spend
 from skald.models import Case, Run, RunStatus
 
 TIMELINE_LIMIT = 500
@@ -165,6 +166,7 @@ class RunAdmin(ReadOnlyAdmin):
             "proposals_open": admin_may_view(request, self.admin_site, Proposal),
             "case_open": admin_may_view(request, self.admin_site, Case),
             "last_seq": run.session.last_seq,
+            "spend": tree_spend(session_id=run.session_id),
         }
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",

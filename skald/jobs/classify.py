@@ -1,4 +1,4 @@
-"""The one classification of a job run's ending: ``succeeded | failed | cancelled``.
+"""The one classification of a job run's ending: ``succeeded | failed | refused | cancelled``.
 
 Pure, and keyed on the kernel's typed outcome: a cancellation is the ``Canceled`` outcome, never a
 message that happens to say "cancel". Everything else that is not a completed answer is a failure
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from loop.admission import InputRefused
 from loop.outcomes import BudgetExceeded, Canceled, Completed, ProviderFailed, RunOutcome, TurnCapReached
 from skald.jobs.models import RunEnding
 
@@ -35,6 +36,12 @@ def classify(outcome: RunOutcome) -> Ending:
         case ProviderFailed(code=code, message=message):
             return Ending(RunEnding.FAILED, outcome.name, f"the model provider failed ({code}): {message[:200]}")
     raise ValueError(f"{outcome.name} is not an ending")
+
+
+def refused(error: InputRefused) -> Ending:
+    """A run whose input was refused before it ran. The refusal names the rules it matched, never
+    the text that matched them."""
+    return Ending(RunEnding.REFUSED, "refused", str(error)[:300])
 
 
 def crashed(error: BaseException | str) -> Ending:

@@ -16,6 +16,7 @@ from django_q.models import Schedule
 from audit.actors import Actor
 from audit.kinds import AuditKind
 from audit.services import audit_append
+from loop.delegation import child_exec_allowlist
 from loop.errors import HarnessError
 from skald.core import clock
 from skald.core.errors import SkaldError
@@ -46,14 +47,19 @@ def cron_job_create(
     task: str,
     expression: str,
     tools: Sequence[str] | None = None,
+    creator_exec: Sequence[str] | None = None,
     source: str = "web",
     home_session_id: int | None = None,
     principal: str,
 ) -> ScheduledJob:
     """Create a cron job and its schedule (first firing at the expression's next time).
 
+    Its grant is recorded once, here: the agent's tools within ``tools`` (a creating frame's) and
+    the agent's process ask within ``creator_exec`` (a creating frame's; None: the deployment's).
+
     Raises:
-        SkaldError: ``cron_invalid``, ``agent_unknown``, ``agent_not_task`` or ``task_invalid``.
+        SkaldError: ``cron_invalid``, ``agent_unknown``, ``agent_not_task``, ``task_invalid`` or
+            ``cron_home_required`` (no home conversation: its results would reach nobody).
     """
     cron = cron_expression_check(expression)
     if not task.strip() or len(task) > 8192:
@@ -64,12 +70,16 @@ def cron_job_create(
         raise SkaldError(f"no enabled agent named {agent!r}", code="agent_unknown") from None
     if spec.kind != AgentKind.TASK:
         raise SkaldError(f"{agent!r} is not a task agent", code="agent_not_task")
+    if home_session_id is None:
+        raise SkaldError("a cron job needs a home conversation for its results", code="cron_home_required")
     allowed = [name for name in spec.tools if tools is None or name in set(tools)]
+    exec_allowlist = child_exec_allowlist(creator_exec, spec.exec_allowlist)
     with transaction.atomic():
         now = clock.now()
         job = ScheduledJob.objects.create(
             kind=JobKind.CRON, status=JobStatus.SCHEDULED, owner_id=owner_id, source=source, agent=spec.name,
             task=task, tools=allowed, cron=cron, home_session_id=home_session_id,
+            exec_allowlist=None if exec_allowlist is None else list(exec_allowlist),
             selection=select_model(spec).as_dict(), created_at=now, updated_at=now,
         )
         schedule = Schedule.objects.create(name=f"skald.cron_job.{job.pk}", func=CRON_FUNC, args=str(job.pk),

@@ -33,9 +33,16 @@ from loop.models import Exchange, ExchangeStatus, ToolCallStatus
 from loop.outcomes import Canceled
 from loop.providers.base import AssembledTurn, ToolCallRequest
 from skald.core import clock
+from skald.core.errors import SkaldError
 from skald.core.queue import enqueue_on_commit
 from skald.jobs.models import JobKind, JobRun, RunEnding, ScheduledJob
-from skald.jobs.services import TASKS_ACTOR, announce, delivery_request_key, lock_conversation
+from skald.jobs.services import (
+    TASKS_ACTOR,
+    announce,
+    delivery_request_key,
+    job_run_delivery_failed,
+    lock_conversation,
+)
 from skald.loop_adapters.runtime import build_env
 
 logger = logging.getLogger(__name__)
@@ -52,6 +59,8 @@ def result_text(job: ScheduledJob, run: JobRun) -> str:
         case RunEnding.FAILED:
             partial = run.output.strip() or "(it produced no output)"
             return head + f"FAILED: {run.error}\n\nPartial output:\n{partial}"
+        case RunEnding.REFUSED:
+            return head + f"was REFUSED before it ran: {run.error}. Do not send that text again."
         case _:
             return head + f"was cancelled ({run.error or 'stop requested'}); it did not finish."
 
@@ -61,12 +70,18 @@ def job_run_deliver(*, run_id: int) -> str:
     run = JobRun.objects.select_related("job").filter(pk=run_id).first()
     if run is None or run.status == RunEnding.RUNNING:
         return "nothing to deliver"
-    match run.job.kind:
-        case JobKind.TASK:
-            return _deliver_task(run)
-        case JobKind.CRON:
-            return _notify_home(run)
-    raise ValueError(f"unknown job kind {run.job.kind!r}")
+    try:
+        match run.job.kind:
+            case JobKind.TASK:
+                return _deliver_task(run)
+            case JobKind.CRON:
+                return _notify_home(run)
+        raise ValueError(f"unknown job kind {run.job.kind!r}")
+    except Exception as exc:  # counted: the N-th failure parks it as a dead letter, never retried forever
+        logger.exception("delivering job run %s failed", run_id)
+        error = withhold_credentials(f"{type(exc).__name__}: {exc}", what="delivery error")
+        parked = job_run_delivery_failed(run_id=run_id, error=error)
+        return "dead letter" if parked is not None and parked.dead_lettered_at is not None else "failed"
 
 
 def _deliver_task(run: JobRun) -> str:
@@ -78,9 +93,12 @@ def _deliver_task(run: JobRun) -> str:
             locked = JobRun.objects.select_for_update().get(pk=run.pk)
             if locked.delivered_at is not None:
                 return _ensure_driven(locked)
+            # The task's own text is screened like its output: a task refused for a secret in it
+            # must not make its delivery refused on every sweep (issue 27 §4).
+            task = withhold_credentials(job.task[:300], what="task", detector=env.detector)
             exchange, _ = admit_exchange(
                 env, request_key=delivery_request_key(job, run.number), author="system:tasks",
-                content=f"[async task #{job.pk} {run.status}] {job.agent}: {job.task[:300]}",
+                content=f"[async task #{job.pk} {run.status}] {job.agent}: {task}",
             )
             failpoint("delegation.before_delivery")  # a kill here must leave nothing behind
             frame = env.store.exchanges.root_frame(exchange)
@@ -93,7 +111,8 @@ def _deliver_task(run: JobRun) -> str:
                                                                       assembled=turn, principal=env.principal,
                                                                       spent_tokens=0, journal=1)
             env.store.calls.record_result(call, status=ToolCallStatus.COMPLETED, is_error=False, truncated=False,
-                                          content=withhold_credentials(result_text(job, locked), what="task output"),
+                                          content=withhold_credentials(result_text(job, locked), what="task output",
+                                                                       detector=env.detector),
                                           principal=env.principal)
             locked.delivered_at, locked.delivery_exchange = clock.now(), exchange
             locked.save(update_fields=["delivered_at", "delivery_exchange"])
@@ -125,6 +144,8 @@ def _notify_home(run: JobRun) -> str:
         locked = JobRun.objects.select_for_update().select_related("job").get(pk=run.pk)
         if locked.delivered_at is not None:
             return "delivered already"
+        if locked.job.home_session_id is None:  # reached nobody: never marked delivered (a dead letter)
+            raise SkaldError(f"cron job #{locked.job_id} has no home conversation", code="cron_home_missing")
         lock_conversation(locked.job.home_session_id)
         failpoint("delegation.before_delivery")
         locked.delivered_at = clock.now()
@@ -136,8 +157,10 @@ def _notify_home(run: JobRun) -> str:
 
 
 def deliveries_due(*, session_id: int | None = None, limit: int = 100) -> list[int]:
-    """Ended runs not delivered yet (all, or those whose parent is ``session_id``), oldest first."""
-    due = JobRun.objects.filter(delivered_at__isnull=True).exclude(status=RunEnding.RUNNING)
+    """Ended runs not delivered yet (all, or those whose parent is ``session_id``), oldest first;
+    dead letters wait for an operator."""
+    due = JobRun.objects.filter(delivered_at__isnull=True, dead_lettered_at__isnull=True) \
+        .exclude(status=RunEnding.RUNNING)
     if session_id is not None:
         due = due.filter(job__parent_session_id=session_id)
     return list(due.order_by("id").values_list("pk", flat=True)[:limit])

@@ -25,15 +25,18 @@ class JobStatus(models.TextChoices):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    REFUSED = "refused"
     CANCELLED = "cancelled"
 
 
 class RunEnding(models.TextChoices):
-    """The one classification of a run's ending (typed: cancellation is never parsed from text)."""
+    """The one classification of a run's ending (typed: cancellation is never parsed from text).
+    ``refused``: its input was refused before it ran (a credential tripwire in the task's text)."""
 
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    REFUSED = "refused"
     CANCELLED = "cancelled"
 
 
@@ -46,7 +49,11 @@ class ScheduledJob(models.Model):
     agent = models.CharField(max_length=64)
     task = models.TextField()
     tools = models.JSONField(default=list, blank=True, help_text="The child's tools (capability subtraction).")
+    exec_allowlist = models.JSONField(null=True, blank=True, help_text="The child's execute_cmd programs, narrowed "
+                                      "from its creator's at spawn (null: the deployment's).")
     client = models.CharField(max_length=32, blank=True, help_text="An explicit model override, if any.")
+    budget_tokens = models.PositiveBigIntegerField(null=True, blank=True, help_text="What an async task reserved "
+                                                   "from its root's budget at spawn (null: its own bounds).")
     selection = models.JSONField(default=dict, blank=True, help_text="Which rule chose which model (S3).")
     scope_extras = models.JSONField(default=dict, blank=True, help_text="The parent scope's case and run.")
     parent_session = models.ForeignKey("loop.Session", null=True, blank=True, on_delete=models.CASCADE,
@@ -95,6 +102,10 @@ class JobRun(models.Model):
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
+    delivery_attempts = models.PositiveSmallIntegerField(default=0, help_text="Deliveries that raised.")
+    delivery_error = models.CharField(max_length=300, blank=True, help_text="The last delivery's error.")
+    dead_lettered_at = models.DateTimeField(null=True, blank=True, help_text="Parked after too many failed "
+                                            "deliveries: the sweep skips it until an operator retries it.")
 
     class Meta:
         ordering = ["job_id", "number"]

@@ -1,5 +1,5 @@
-"""Running a job on a worker: the child's environment (capability subtraction, the parent's gate
-scope, its selected model), one kernel exchange in the job's own conversation, then the one
+"""Running a job on a worker: the child's environment (built the one way every frame's is), one
+kernel exchange in the job's own conversation, then the one
 classification of how it ended."""
 
 from __future__ import annotations
@@ -11,25 +11,18 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import transaction
 
+from loop.admission import InputRefused
 from loop.driver import LoopEnv, admit_exchange, drive_exchange
 from loop.events import EventKind
 from loop.models import Exchange, ExchangeStatus, SessionEvent
 from loop.outcomes import AwaitingHuman, Completed, RunOutcome, outcome_from_receipt
-from loop.ports import TurnScope
-from skald import plugins
 from skald.core import clock
 from skald.core.ids import new_token
 from skald.core.queue import enqueue_on_commit
-from skald.jobs.classify import classify, crashed
+from skald.jobs.classify import classify, crashed, refused
 from skald.jobs.models import JobKind, JobRun, JobStatus, RunEnding, ScheduledJob
 from skald.jobs.services import RUN_TASK, job_request_key, job_run_finish, job_run_start
-from skald.loop_adapters.bus import ChannelsBus
-from skald.loop_adapters.catalog import AgentRowCatalog
-from skald.loop_adapters.discovery import KnownToolRecorder
-from skald.loop_adapters.hooks import audited_hooks
-from skald.loop_adapters.runtime import default_gate, deployment_bounds, provider_for
-from skald.loop_adapters.store import kernel_store
-from skald.sessions.workspace import workspace_for
+from skald.loop_adapters.runtime import build_env
 
 logger = logging.getLogger(__name__)
 
@@ -38,22 +31,11 @@ _JOB_KEY = re.compile(r"^job:(\d+):run:(\d+)$")
 
 
 def job_env(job: ScheduledJob, run: JobRun) -> LoopEnv:
-    """The child's environment: the job's tools only (already the parent's ∩ the agent's ∩ the
-    requested), the parent's scope for the gate and the workspace, the selected client."""
-    agent = AgentRowCatalog().get(job.agent)
-    assert run.session_id is not None
-    home = job.parent_session_id or run.session_id
-    scope = TurnScope(
-        session_id=run.session_id, exchange_id=0, principal=f"user:{job.owner_id}", user_id=job.owner_id,
-        agent=str(job.scope_extras.get("gate_agent") or agent.name), workspace=workspace_for(home),
-        source=job.source, extras={k: v for k, v in job.scope_extras.items() if k in ("case_id", "run_id")},
-    )
-    return LoopEnv(
-        store=kernel_store(), provider=provider_for(agent, str(job.selection.get("client") or "")),
-        tools=plugins.sockets.tools.subset(job.tools), gate=default_gate(), agent=agent, scope=scope,
-        bus=ChannelsBus(), bounds=deployment_bounds().override(agent.bounds), hooks=audited_hooks(),
-        discovery=KnownToolRecorder(),
-    )
+    """The run's environment: its conversation's, built the one way every frame's is
+    (:func:`skald.loop_adapters.runtime.build_env`: the owner's scope narrowed by the job's
+    recorded grant)."""
+    assert run.session is not None
+    return build_env(run.session)
 
 
 def partial_output(session_id: int | None, *, narrative: str = "") -> str:
@@ -92,6 +74,10 @@ def run_job(job_id: int) -> str:
         if ScheduledJob.objects.filter(pk=job.pk, cancel_requested_at__isnull=False).exists():
             env.store.exchanges.request_cancel(exchange.pk, principal=env.principal)  # cancelled before it was admitted
         result = drive_exchange(env, exchange, claim_token=new_token())
+    except InputRefused as exc:  # its own text tripped a rule: refused, and that ending is delivered
+        job_run_finish(run_id=run.pk, ending=refused(exc), output="",
+                       exchange_id=exchange.pk if exchange is not None else None)
+        return RunEnding.REFUSED
     except Exception as exc:
         logger.exception("job %s run %s crashed", job.pk, run.number)
         job_run_finish(run_id=run.pk, ending=crashed(exc), output=partial_output(run.session_id),

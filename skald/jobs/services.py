@@ -17,18 +17,23 @@ from audit.actors import Actor
 from audit.kinds import AuditKind
 from audit.services import audit_append
 from loop.events import EventKind
+from loop.masking import withhold_credentials
 from loop.models import Exchange, Session
+from skald import plugins
 from skald.core import clock
 from skald.core.errors import Conflict, NotFound
+from skald.core.ids import new_token
 from skald.core.queue import enqueue_on_commit
 from skald.jobs.classify import Ending
 from skald.jobs.models import JobKind, JobRun, JobStatus, RunEnding, ScheduledJob
 from skald.loop_adapters.store import kernel_store
+from skald.sessions.parked import stop_unheld
 
 TASK_UPDATE = EventKind.TASK_UPDATE
 TASKS_ACTOR = Actor.system("tasks")
 RUN_TASK = "skald.tasks.run_job"
 DELIVER = "skald.tasks.deliver_job_run"
+FOLLOW_EXCHANGE = "skald.tasks.recover_exchange_task"  # a settled exchange: its run is classified and delivered
 
 
 def job_request_key(job: ScheduledJob, run_number: int) -> str:
@@ -41,15 +46,26 @@ def delivery_request_key(job: ScheduledJob, run_number: int) -> str:
     return f"job:{job.pk}:run:{run_number}:delivery"
 
 
+CRON_OUTPUT_CLIP = 1000
+
+
 def task_payload(job: ScheduledJob, run: JobRun | None = None) -> dict[str, Any]:
-    """What a ``TaskUpdate`` says and what ``GET /api/{source}/tasks`` lists for one job."""
-    return {
+    """What a ``TaskUpdate`` says and what ``GET /api/{source}/tasks`` lists for one job. An ended
+    cron run also carries its output, clipped and screened, and its own conversation: the home
+    conversation is where its result reaches the user (issue 27 §7)."""
+    payload: dict[str, Any] = {
         "job": job.pk, "kind": job.kind, "status": run.status if run is not None else job.status,
         "agent": job.agent, "task": job.task[:200], "child_session": job.child_session_id,
         "parent_session": job.parent_session_id, "run": run.number if run is not None else None,
         "delivered": bool(run is not None and run.delivered_at is not None),
         "error": run.error if run is not None else "",
     }
+    if job.kind == JobKind.CRON and run is not None and run.status != RunEnding.RUNNING:
+        output = run.output.strip()
+        clipped = output if len(output) <= CRON_OUTPUT_CLIP else output[:CRON_OUTPUT_CLIP] + " …"
+        payload["output"] = withhold_credentials(clipped, what="cron output", detector=plugins.tripwire_detector())
+        payload["child_session"] = run.session_id  # the firing's own conversation, for the whole text
+    return payload
 
 
 def announce(job: ScheduledJob, run: JobRun | None = None) -> None:
@@ -91,6 +107,8 @@ def job_submit_task(
     agent: str,
     task: str,
     tools: Sequence[str],
+    exec_allowlist: Sequence[str] | None = None,
+    budget_tokens: int | None = None,
     client: str,
     selection: Mapping[str, Any],
     scope_extras: Mapping[str, Any],
@@ -110,13 +128,16 @@ def job_submit_task(
         now = clock.now()
         job = ScheduledJob.objects.create(
             kind=JobKind.TASK, status=JobStatus.QUEUED, owner_id=owner_id, source=source, agent=agent, task=task,
-            tools=list(tools), client=client, selection=dict(selection), scope_extras=dict(scope_extras),
+            tools=list(tools), exec_allowlist=None if exec_allowlist is None else list(exec_allowlist),
+            client=client, selection=dict(selection), scope_extras=dict(scope_extras), budget_tokens=budget_tokens,
             parent_session_id=parent_session_id, parent_exchange_id=parent_exchange_id,
             parent_call_id=parent_call_id, child_session=child, created_at=now, updated_at=now,
         )
         _audit(AuditKind.JOB_CREATED, job, {"kind": job.kind, "agent": agent, "parent_session": parent_session_id,
                                             "parent_call": parent_call_id, "child_session": child.pk,
-                                            "tools": sorted(tools), "selection": dict(selection)},
+                                            "tools": sorted(tools), "selection": dict(selection),
+                                            "exec_allowlist": None if exec_allowlist is None else list(exec_allowlist),
+                                            "budget_tokens": budget_tokens},
                Actor.parse(f"user:{owner_id}"))
         announce(job)
         enqueue_on_commit(RUN_TASK, job.pk)
@@ -222,7 +243,21 @@ def job_cancel(*, job_id: int, principal: str) -> ScheduledJob:
                                          request_key=job_request_key(job, 1)).first()
         if active is not None:
             store.exchanges.request_cancel(active.pk, principal=principal)
+    if active is not None:
+        _stop_unheld_run(active.pk, principal=principal)
     return job
+
+
+def _stop_unheld_run(exchange_id: int, *, principal: str) -> None:
+    """A run parked on an approval has no driver to see the stop: it is settled here, as a session
+    stop settles one, with its waiting calls and their approvals (withdrawn: answering one is a
+    409), and the run's ending is then classified and delivered by the worker that follows every
+    settled exchange (issue 27 §6). A run a live driver holds sees the sticky request instead."""
+    store = kernel_store()
+    with transaction.atomic():
+        if store.exchanges.claim_for_recovery(exchange_id, new_token(), principal=principal, reason="stop"):
+            stop_unheld(store.exchanges.get(exchange_id), principal=principal)
+            enqueue_on_commit(FOLLOW_EXCHANGE, exchange_id)
 
 
 def job_cancel_for_session(*, session_id: int, principal: str) -> list[int]:
@@ -236,3 +271,47 @@ def job_cancel_for_session(*, session_id: int, principal: str) -> list[int]:
         except Conflict:  # it ended meanwhile
             continue
     return ids
+
+
+DEAD_LETTER_AFTER = 5  # deliveries that raised before the run is parked for an operator
+
+
+def job_run_delivery_failed(*, run_id: int, error: str) -> JobRun | None:
+    """Count a delivery that raised; the ``DEAD_LETTER_AFTER``-th parks the run as a dead letter
+    (the sweep skips it, so one bad row never blocks the others; issue 27 §4). Audited."""
+    with transaction.atomic():
+        run = JobRun.objects.select_for_update().select_related("job").filter(pk=run_id).first()
+        if run is None or run.delivered_at is not None or run.dead_lettered_at is not None:
+            return run
+        run.delivery_attempts += 1
+        run.delivery_error = error[:300]
+        fields = ["delivery_attempts", "delivery_error"]
+        if run.delivery_attempts >= DEAD_LETTER_AFTER:
+            run.dead_lettered_at = clock.now()
+            fields.append("dead_lettered_at")
+            _audit(AuditKind.JOB_STATE_CHANGED, run.job, {"run": run.number, "dead_letter": True,
+                                                          "attempts": run.delivery_attempts, "error": error[:300]})
+        run.save(update_fields=fields)
+    return run
+
+
+def job_run_delivery_retry(*, run_id: int, principal: str) -> JobRun:
+    """An operator retries a dead letter: it is due again (attempts start over) and one delivery is
+    enqueued on commit. Audited.
+
+    Raises:
+        NotFound: ``job_run_not_found``.
+        Conflict: ``job_run_not_dead_letter`` when it is not parked.
+    """
+    with transaction.atomic(durable=True):
+        run = JobRun.objects.select_for_update().select_related("job").filter(pk=run_id).first()
+        if run is None:
+            raise NotFound("No such job run.", code="job_run_not_found")
+        if run.dead_lettered_at is None or run.delivered_at is not None:
+            raise Conflict("The run is not a dead letter.", code="job_run_not_dead_letter")
+        run.dead_lettered_at, run.delivery_attempts = None, 0
+        run.save(update_fields=["dead_lettered_at", "delivery_attempts"])
+        _audit(AuditKind.JOB_STATE_CHANGED, run.job, {"run": run.number, "dead_letter": False, "retried": True},
+               Actor.parse(principal))
+        enqueue_on_commit(DELIVER, run.pk)
+    return run

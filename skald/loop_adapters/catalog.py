@@ -14,6 +14,7 @@ def _spec(agent: Agent) -> AgentSpec:
         name=agent.name, kind=agent.kind, system_prompt=agent.system_prompt, tools=tuple(agent.allowed_tools or ()),
         client=agent.client, strength=agent.strength, description=agent.description, bounds=dict(agent.bounds or {}),
         playbook=tuple(agent.playbook or ()),
+        exec_allowlist=None if not agent.exec_allowlist else tuple(str(p) for p in agent.exec_allowlist),
     )
 
 

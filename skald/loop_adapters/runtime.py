@@ -4,12 +4,14 @@ gate, scope. Entry points (tasks, services) build a :class:`~loop.driver.LoopEnv
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from django.conf import settings
 
 from loop.bounds import Bounds
 from loop.compaction.policy import CompactionPolicy
+from loop.delegation import FrameGrant, frame_env
 from loop.driver import LoopEnv
 from loop.errors import HarnessError
 from loop.events import EventKind
@@ -18,7 +20,10 @@ from loop.models import Exchange, Session, SessionEvent
 from loop.ports import AgentSpec, ChildSetup, Gate, TurnScope
 from loop.providers.base import LlmProvider
 from loop.providers.playbook import PlaybookProvider
+from loop.tools.exec_bridge import parse_allowlist
+from loop.tools.registry import ToolRegistry
 from skald import plugins, provider_config
+from skald.jobs.models import JobRun, ScheduledJob
 from skald.loop_adapters.bus import ChannelsBus
 from skald.loop_adapters.catalog import AgentRowCatalog
 from skald.loop_adapters.discovery import KnownToolRecorder
@@ -91,6 +96,15 @@ def deployment_compaction() -> CompactionPolicy:
     return CompactionPolicy().override(settings.SKALD_COMPACTION)
 
 
+def deployment_exec_allowlist() -> tuple[str, ...] | None:
+    """A root frame's process grant: the deployment's ``BRAIN_ENGINE_EXEC_ALLOWLIST``. A malformed
+    value stays unnarrowed here (``execute_cmd`` refuses it when called; check skald.E004 says so)."""
+    try:
+        return parse_allowlist(settings.BRAIN_ENGINE_EXEC_ALLOWLIST)
+    except HarnessError:
+        return None
+
+
 def session_extras(session: Session) -> dict[str, Any]:
     """What a session's tools may know about its run: the case (``read_logs``) and the run. A
     console session has no run; its case is the latest it was attached to (a ``control:note``)."""
@@ -115,23 +129,78 @@ def admitted_by(session: Session, exchange_id: int) -> int | None:
 
 def build_env(session: Session, *, exchange_id: int = 0, hooks: LoopHooks | None = None,
               acting_user_id: int | None = None) -> LoopEnv:
-    """The kernel's environment for one turn of ``session``.
+    """The kernel's environment for one turn of ``session``: the one way a root frame's
+    environment is built, from durable records (issue 27).
+
+    A conversation's own root runs as its agent. A job's conversation (an async task's child
+    conversation, a cron firing's) runs as the frame its creator spawned: its owner's root
+    environment narrowed by the grant recorded on the job at spawn (tools, process grant) through
+    :func:`loop.delegation.frame_env`, exactly as a sync child is; so a first run, a resume after
+    an approval and a recovery after a crash build the same environment. Either way it carries the
+    same gate, the organisation's tripwire detector, the deployment's compaction policy, hooks and
+    cancellation wiring.
 
     The principal (audit actor, and the user whose security groups gate the tools) is the acting
     user: ``acting_user_id`` at admission, else the user who admitted ``exchange_id``. Never
-    silently the owner when someone else wrote the message (docs/access-model.md).
+    silently the owner when someone else wrote the message (docs/access-model.md). A job acts
+    for its owner.
     """
+    job = job_of(session)
+    if job is not None:
+        return _job_env(session, job, exchange_id=exchange_id, hooks=hooks)
     agent = AgentRowCatalog().get(session.agent)
-    bounds = deployment_bounds().override(agent.bounds)
     user_id = acting_user_id if acting_user_id is not None else admitted_by(session, exchange_id)
     scope = TurnScope(
         session_id=session.pk, exchange_id=exchange_id, principal=f"user:{user_id}",
         user_id=user_id, agent=agent.name, workspace=workspace_for(session.pk), source=session.source,
-        extras=session_extras(session),
+        extras=session_extras(session), exec_allowlist=deployment_exec_allowlist(),
     )
+    return _root_env(agent, scope, provider_for(agent), plugins.sockets.tools.subset(agent.tools), hooks)
+
+
+JOB_SOURCES = ("task", "cron")  # the sources skald.jobs gives the conversations it creates
+
+
+def job_of(session: Session) -> ScheduledJob | None:
+    """The job whose run ``session`` is: an async task's child conversation or a cron firing's."""
+    if session.source not in JOB_SOURCES:  # a person's conversation: no lookup on every turn
+        return None
+    run = JobRun.objects.select_related("job").filter(session_id=session.pk).first()
+    if run is not None:
+        return run.job
+    return ScheduledJob.objects.filter(child_session_id=session.pk).first()
+
+
+def job_grant(job: ScheduledJob) -> FrameGrant:
+    """What a job's frame was granted, as its creator recorded it on the job at spawn."""
+    return FrameGrant.recorded({"tools": job.tools, "exec_allowlist": job.exec_allowlist})
+
+
+def _job_env(session: Session, job: ScheduledJob, *, exchange_id: int, hooks: LoopHooks | None) -> LoopEnv:
+    agent = AgentRowCatalog().get(job.agent)
+    scope = TurnScope(
+        session_id=session.pk, exchange_id=exchange_id, principal=f"user:{job.owner_id}", user_id=job.owner_id,
+        agent=str(job.scope_extras.get("gate_agent") or agent.name),
+        workspace=workspace_for(job.parent_session_id or session.pk), source=job.source,
+        extras={k: v for k, v in job.scope_extras.items() if k in ("case_id", "run_id")},
+        exec_allowlist=deployment_exec_allowlist(),
+    )
+    provider = provider_for(agent, str(job.selection.get("client") or job.client or ""))
+    owner_root = _root_env(agent, scope, provider, plugins.sockets.tools, hooks)
+    bounds = deployment_bounds().override(agent.bounds)
+    if job.budget_tokens is not None:  # an async task spends what it reserved from its root at spawn
+        bounds = bounds.override({"budget_tokens": job.budget_tokens})
+    env = frame_env(owner_root, job_grant(job), agent=agent, provider=provider, bounds=bounds, narrative="")
+    # A job's frame is its conversation's root: what it is offered is recorded as a root's is (a
+    # cron job's tools may never have been offered anywhere else).
+    return replace(env, discovery=owner_root.discovery)
+
+
+def _root_env(agent: AgentSpec, scope: TurnScope, provider: LlmProvider, tools: ToolRegistry,
+              hooks: LoopHooks | None) -> LoopEnv:
     return LoopEnv(
-        store=kernel_store(), provider=provider_for(agent), tools=plugins.sockets.tools.subset(agent.tools),
-        gate=default_gate(), agent=agent, scope=scope, bus=ChannelsBus(), bounds=bounds,
-        hooks=hooks or audited_hooks(), discovery=KnownToolRecorder(), calls_canceled=plugins.notify_calls_cancelled,
+        store=kernel_store(), provider=provider, tools=tools, gate=default_gate(), agent=agent, scope=scope,
+        bus=ChannelsBus(), bounds=deployment_bounds().override(agent.bounds), hooks=hooks or audited_hooks(),
+        discovery=KnownToolRecorder(), calls_canceled=plugins.notify_calls_cancelled,
         detector=plugins.tripwire_detector(), compaction=deployment_compaction(), frame_agents=CatalogFrameAgents(),
     )

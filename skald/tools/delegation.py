@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from loop.delegation import ChildRequest, DelegateReturn, child_tool_names, frame_link, run_child
+from loop.delegation import ChildRequest, DelegateReturn, FrameGrant, child_tool_names, frame_link, run_child
 from loop.errors import HarnessError, ToolError
+from loop.frame_link import FrameLink
 from loop.ports import AgentSpec, ToolContext
 from loop.tools.hints import RestartHint
 from loop.tools.registry import FunctionTool
@@ -50,13 +51,20 @@ def _delegate(agent: AgentSpec, task: str, requested: list[str] | None, mode: st
     link = frame_link(context)
     tools = child_tool_names(link.tools, agent.tools, requested)
     selection = select_model(agent, client)
-    if mode == "async":
+    if mode == "async":  # the grant is recorded on the job once, here, and read back on every run and resume
+        grant = FrameGrant.at_spawn(link.env, tools=tools, asked_exec=agent.exec_allowlist)
+        # One budget for the tree: the task reserves its own bound from what the root has left.
+        budget = link.authority.reserve(deployment_bounds().override(agent.bounds).budget_tokens)
+        if budget == 0:
+            raise ToolError("no budget is left in this run for an async task", code="budget_exhausted")
         scope = context.scope
         assert scope.user_id is not None
         job = job_submit_task(
             owner_id=scope.user_id, source=scope.source, parent_session_id=scope.session_id,
             parent_exchange_id=link.exchange_id, parent_call_id=context.call_id or None, agent=agent.name,
-            task=task, tools=tools, client=selection.client, selection=selection.as_dict(),
+            task=task, tools=grant.tools, exec_allowlist=grant.exec_allowlist, budget_tokens=budget,
+            client=selection.client,
+            selection=selection.as_dict(),
             scope_extras={**dict(scope.extras), "gate_agent": scope.agent},
         )
         return (f"Started async task #{job.pk} ({agent.name}). Its result will arrive later in this "
@@ -103,7 +111,11 @@ def _cron(arguments: Mapping[str, Any], context: ToolContext) -> str:
     assert scope.user_id is not None
     try:
         if action == "create":
+            # Never more than the creating frame has: its tools and its process grant.
+            within = context.frame if isinstance(context.frame, FrameLink) else None
             job = cron_job_create(owner_id=scope.user_id, agent=str(arguments.get("agent", "")),
+                                  tools=within.tools if within is not None else None,
+                                  creator_exec=scope.exec_allowlist,
                                   task=str(arguments.get("task", "")), expression=str(arguments.get("expression", "")),
                                   source=scope.source, home_session_id=scope.session_id,
                                   principal=scope.principal)

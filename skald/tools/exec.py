@@ -10,7 +10,7 @@ from django.conf import settings
 from audit.actors import Actor
 from loop.bounds import TOOL_TIMEOUT
 from loop.ports import ToolContext
-from loop.tools.exec_bridge import ExecBridge
+from loop.tools.exec_bridge import ExecBridge, parse_allowlist
 from loop.tools.hints import RestartHint
 from loop.tools.registry import FunctionTool
 from skald.loop_adapters.sandbox import exec_sandbox
@@ -18,12 +18,23 @@ from skald.loop_adapters.store import call_fence
 from skald.sessions.workspace import workspace_discard, workspace_materialise, workspace_sync_back
 
 
+def frame_allowlist(context: ToolContext) -> tuple[str, ...]:
+    """The programs this frame may run: the deployment's, narrowed to the frame's process grant
+    (a child's is its parent's ∩ its ask, recorded at spawn; SPEC S2). Never more than the
+    deployment's."""
+    deployment = parse_allowlist(settings.BRAIN_ENGINE_EXEC_ALLOWLIST)
+    granted = context.scope.exec_allowlist
+    if granted is None:
+        return deployment
+    return tuple(name for name in deployment if name in set(granted))
+
+
 def _execute(arguments: Mapping[str, Any], context: ToolContext) -> str:
     """Run in the deployment's sandbox, confined to a local copy of the session's files; what the
     command leaves behind is recorded as compare-and-sets against the files it started from, under
     the driver's fence (a driver taken over meanwhile writes nothing: ``LeaseLost``). The local copy
     is removed however the command ends."""
-    bridge = ExecBridge.from_env(settings.BRAIN_ENGINE_EXEC_ALLOWLIST, sandbox=exec_sandbox())
+    bridge = ExecBridge(frame_allowlist(context), sandbox=exec_sandbox())
     bridge.resolve(str(arguments["argv"][0]))  # a refused program touches no disk
     local = workspace_materialise(session_id=context.scope.session_id, root=context.scope.workspace.resolve())
     try:

@@ -3,7 +3,9 @@
 // console hands it (a reload therefore shows the same strip). Successes leave the strip once
 // delivered: their result is already a message in the conversation.
 (function () {
-  const SHOWN = new Set(["queued", "running", "failed", "succeeded", "cancelled"]);
+  const SHOWN = new Set(["queued", "running", "failed", "refused", "succeeded", "cancelled"]);
+  // A failure or a refusal stays in the strip once delivered: the user should see it went wrong.
+  const FAILED = new Set(["failed", "refused"]);
 
   function create(root, options) {
     const tasks = new Map();  // job id -> latest payload
@@ -11,15 +13,15 @@
     const api = options.api;
 
     function label(t) {
-      if (t.delivered) return t.status === "failed" ? "failed (delivered)" : "delivered";
+      if (t.delivered) return FAILED.has(t.status) ? `${t.status} (delivered)` : "delivered";
       return t.status;
     }
 
     function render() {
       root.innerHTML = "";
-      const visible = [...tasks.values()].filter((t) => SHOWN.has(t.status) && !(t.delivered && t.status !== "failed"))
+      const visible = [...tasks.values()].filter((t) => SHOWN.has(t.status) && !(t.delivered && !FAILED.has(t.status)))
         .sort((a, b) => b.job - a.job);
-      const done = [...tasks.values()].filter((t) => t.delivered && t.status !== "failed");
+      const done = [...tasks.values()].filter((t) => t.delivered && !FAILED.has(t.status));
       root.hidden = !visible.length && !done.length;
       for (const t of [...visible, ...done.slice(0, 3)]) {
         const item = document.createElement("span");
@@ -28,9 +30,15 @@
         const link = document.createElement("a");
         link.href = "#";
         link.textContent = `#${t.job} ${t.agent}: ${label(t)}`;
-        link.title = t.task + (t.error ? `\n${t.error}` : "");
+        link.title = t.task + (t.error ? `\n${t.error}` : "") + (t.output ? `\n\n${t.output}` : "");
         link.onclick = (e) => { e.preventDefault(); if (t.child_session && options.onOpen) options.onOpen(t.child_session); };
         item.appendChild(link);
+        if (t.kind === "cron" && t.output) {  // the result inline, clipped; the link opens the whole run
+          const output = document.createElement("span");
+          output.className = "task-output";
+          output.textContent = ` — ${t.output.slice(0, 160)}`;
+          item.appendChild(output);
+        }
         root.appendChild(item);
       }
     }
@@ -47,7 +55,8 @@
         render();
       },
       update(payload) {
-        if (!payload || payload.kind !== "task") return;
+        // A cron run's ending reaches its home conversation too, with its output (issue 27 §7).
+        if (!payload || (payload.kind !== "task" && payload.kind !== "cron")) return;
         tasks.set(payload.job, {...(tasks.get(payload.job) || {}), ...payload});
         render();
       },

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from loop.bounds import MAX_AGENT_DEPTH, Bounds
 from loop.cancellation import CancelToken
-from loop.delegation import ChildRequest, child_tool_names, frame_link, run_child
+from loop.delegation import ChildRequest, FrameGrant, child_exec_allowlist, child_tool_names, frame_link, run_child
 from loop.driver import run_turns_keyed
 from loop.errors import ProviderError
 from loop.events import EventKind
@@ -151,6 +151,27 @@ def test_child_tools_are_the_intersection_never_more(parent, declared, requested
     assert set(names) <= parent and set(names) <= declared
     assert requested is None or set(names) <= requested
     assert set(names) == parent & declared & (parent if requested is None else requested)
+
+
+@settings(max_examples=examples(1000))
+@given(parent=st.none() | st.lists(st.sampled_from(["ls", "cat", "grep", "git"]), unique=True),
+       asked=st.none() | st.lists(st.sampled_from(["ls", "cat", "rm", "curl"]), unique=True))
+def test_a_childs_process_grant_is_its_parents_narrowed_by_its_ask_never_more(parent, asked):
+    granted = child_exec_allowlist(parent, asked)
+    if asked is None:
+        assert granted == (None if parent is None else tuple(parent))  # no ask: the parent's
+    elif parent is None:
+        assert granted == tuple(asked)  # unnarrowed parent: the tool still bounds it by the deployment's
+    else:
+        assert set(granted or ()) == set(parent) & set(asked)
+    if parent is not None and asked is not None and not set(parent) & set(asked):
+        assert granted == ()  # a disjoint ask leaves no process grant at all
+
+
+def test_a_grant_is_read_back_as_recorded():
+    grant = FrameGrant(tools=("a", "b"), exec_allowlist=("cat",))
+    assert FrameGrant.recorded(grant.record()) == grant
+    assert FrameGrant.recorded({"tools": ["a"]}) == FrameGrant(tools=("a",), exec_allowlist=None)
 
 
 def _noop(arguments: Mapping[str, Any], context: ToolContext) -> str:

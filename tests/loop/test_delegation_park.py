@@ -226,7 +226,7 @@ def crashed_child(make_env, store, scripts, agents, *tools, gate=None, kid_calls
         assembled=fold_deltas(tool_turn(("delegate", {"agent": "kid", "task": "work for kid"}))))
     kid = store.frames.open(exchange=exchange, parent=root, parent_call_id=delegate.pk, agent="kid",
                             narrative=f"child:kid:c{delegate.pk}:", task="work for kid", selection={},
-                            tools=list(agents["kid"].tools), principal=env.principal)
+                            grant={"tools": list(agents["kid"].tools)}, principal=env.principal)
     planned = store.exchanges.record_message_end(exchange=exchange, frame=kid, turn=1, principal=env.principal,
                                                  spent_tokens=0, journal=1,
                                                  assembled=fold_deltas(tool_turn(*kid_calls)))
@@ -304,7 +304,7 @@ def test_an_interrupted_parallel_batch_is_reaped_and_the_parent_goes_on(make_env
                                         ("delegate", {"agent": "right", "task": "r"}))))
     for (call, _), name in zip(calls, ("left", "right"), strict=True):
         store.frames.open(exchange=exchange, parent=root, parent_call_id=call.pk, agent=name,
-                          narrative=f"child:{name}:c{call.pk}:", task=name, selection={}, tools=["echo"],
+                          narrative=f"child:{name}:c{call.pk}:", task=name, selection={}, grant={"tools": ["echo"]},
                           principal=env.principal)
     clock.advance(LEASE + 1)
 

@@ -208,6 +208,25 @@ def test_a_call_without_usage_makes_accounting_incomplete_and_refuses_further_di
     assert Exchange.objects.get(pk=result.exchange_id).accounting_incomplete
 
 
+class RefusesAtOnce:
+    """A provider that answers 503 before streaming anything."""
+
+    name = "refuses"
+
+    def stream(self, request, *, cancel):
+        def failing():
+            raise ProviderError("503 Service Unavailable", code="provider_http_503")
+            yield
+
+        return failing()
+
+
+def test_a_call_refused_before_its_first_delta_spent_nothing_and_keeps_accounting_complete(make_env):
+    result = run_turns_keyed(make_env(RefusesAtOnce()), request_key="k", content="x")
+    assert result.outcome == ProviderFailed(code="provider_http_503", message="503 Service Unavailable")
+    assert not Exchange.objects.get(pk=result.exchange_id).accounting_incomplete
+
+
 def test_a_payload_over_the_cap_refuses_and_keeps_the_claim(make_env):
     provider = LoopbackProvider([text_turn("y" * 70_000)])
     with pytest.raises(PersistError):

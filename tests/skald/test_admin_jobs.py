@@ -12,6 +12,8 @@ from audit.actors import Actor
 from loop.models import Frame
 from skald.cases.services import case_create
 from skald.jobs.models import JobKind, ScheduledJob
+from skald.jobs.selectors import tree_spend
+from skald.sessions.services import session_create
 from skald.tasks import run_cron_job
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -32,13 +34,22 @@ def test_an_operator_schedules_a_cron_job_and_sees_its_runs(operator_client, age
                                                                      **inline_management(0)})
     assert refused.status_code == 200 and "is not a cron expression" in refused.content.decode()
     assert not ScheduledJob.objects.exists()
+    # Issue 27 §7: a cron job needs a home conversation, or its results would reach nobody.
+    homeless = operator_client.post("/admin/skald/scheduledjob/add/", {"agent": "log-analyst", "task": "nightly",
+                                                                      "cron": "0 3 * * *", "source": "web",
+                                                                      **inline_management(0)})
+    assert homeless.status_code == 200 and "needs a home conversation" in homeless.content.decode()
+    assert not ScheduledJob.objects.exists()
+    home = session_create(user=alice, agent="troubleshooter", title="ops")
 
     created = operator_client.post("/admin/skald/scheduledjob/add/", {"agent": "log-analyst", "task": "nightly",
                                                                      "cron": "0 3 * * *", "source": "web",
+                                                                     "home_session": str(home.pk),
                                                                      **inline_management(0)})
     assert created.status_code == 302, created.content.decode()[-2000:]
     job = ScheduledJob.objects.get()
     assert job.kind == JobKind.CRON and job.owner_id == alice.pk and Schedule.objects.get(pk=job.schedule_id)
+    assert job.home_session_id == home.pk
 
     script(text_turn_for("nothing unusual"))
     assert run_cron_job(job.pk) == "succeeded"
@@ -81,3 +92,7 @@ def test_a_runs_page_shows_its_frame_tree(operator_client, agents, alice, settin
     page = operator_client.get(f"/admin/skald/run/{run.pk}/change/").content.decode()
     assert "Frame tree" in page and 'class="frame depth-1"' in page
     assert f"<strong>{child.agent}</strong> depth 1" in page and "execute_task" in page and "read_logs" in page
+    # Issue 27 §2: the tree's spend (this run's exchanges with their sync children, and its async task).
+    spent = tree_spend(session_id=run.session_id)
+    assert spent.own > 0 and spent.task_count == 1 and spent.tasks > 0
+    assert f"Token spend (tree)</dt><dd class=\"skald-tree-spend\">{spent.total} — this run {spent.own}" in page

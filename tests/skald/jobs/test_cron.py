@@ -8,13 +8,14 @@ from django_q.models import Schedule
 
 from approvals.models import PendingApproval
 from approvals.rules.seed import default_rules_ensure
+from loop.models import SessionEvent
 from loop.providers.loopback import text_turn, tool_turn
 from skald.core.errors import SkaldError
 from skald.jobs.cron import CRON_FUNC, cron_job_create
 from skald.jobs.models import JobStatus, ScheduledJob
-from skald.jobs.services import job_cancel
+from skald.jobs.services import DEAD_LETTER_AFTER, job_cancel
 from skald.models import Agent
-from skald.tasks import run_cron_job
+from skald.tasks import deliver_due_jobs, run_cron_job
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
 
@@ -42,7 +43,8 @@ def test_a_cron_job_is_a_schedule_and_each_firing_is_a_classified_delivered_run(
 def test_a_bad_expression_or_agent_is_refused_and_nothing_is_stored(alice, agents):
     for expression, agent, code in (("every night", "log-analyst", "cron_invalid"),
                                     ("0 3 * * *", "troubleshooter", "agent_not_task"),
-                                    ("0 3 * * *", "nobody", "agent_unknown")):
+                                    ("0 3 * * *", "nobody", "agent_unknown"),
+                                    ("0 3 * * *", "log-analyst", "cron_home_required")):  # issue 27 §7
         with pytest.raises(SkaldError) as refused:
             cron_job_create(owner_id=alice.pk, agent=agent, task="t", expression=expression,
                             principal=f"user:{alice.pk}")
@@ -50,9 +52,9 @@ def test_a_bad_expression_or_agent_is_refused_and_nothing_is_stored(alice, agent
     assert not ScheduledJob.objects.exists() and not Schedule.objects.filter(func=CRON_FUNC).exists()
 
 
-def test_cancelling_a_cron_job_removes_its_schedule(alice, agents):
+def test_cancelling_a_cron_job_removes_its_schedule(alice, agents, conversation):
     job = cron_job_create(owner_id=alice.pk, agent="log-analyst", task="t", expression="*/5 * * * *",
-                          principal=f"user:{alice.pk}")
+                          home_session_id=conversation.pk, principal=f"user:{alice.pk}")
     job_cancel(job_id=job.pk, principal=f"user:{alice.pk}")
     job.refresh_from_db()
     assert job.status == JobStatus.CANCELLED and not Schedule.objects.filter(func=CRON_FUNC).exists()
@@ -87,3 +89,37 @@ def test_the_cron_tool_creates_lists_and_cancels(say, script, allow_all, inline_
     say("stop the nightly check")
     job.refresh_from_db()
     assert job.status == JobStatus.CANCELLED
+
+
+def test_a_cron_runs_result_reaches_its_home_conversation_with_its_output(alice, agents, conversation, script,
+                                                                         inline_tasks):
+    """Reproduction 7: the home conversation's task update carries the run's output (clipped) and a
+    link to the firing's conversation, not just a status."""
+    job = cron_job_create(owner_id=alice.pk, agent="log-analyst", task="nightly", expression="0 3 * * *",
+                          home_session_id=conversation.pk, principal=f"user:{alice.pk}")
+    script(text_turn("three 502s at 03:00, all from the pool" + " detail" * 400))
+    assert run_cron_job(job.pk) == "succeeded"
+
+    run = job.runs.get()
+    assert run.delivered_at is not None
+    update = SessionEvent.objects.filter(session=conversation, kind="control:task_update").order_by("seq").last()
+    assert update is not None and update.payload["kind"] == "cron" and update.payload["delivered"]
+    assert update.payload["output"].startswith("three 502s at 03:00, all from the pool")
+    assert update.payload["output"].endswith(" …") and len(update.payload["output"]) <= 1002
+    assert update.payload["child_session"] == run.session_id
+
+
+def test_a_cron_job_without_a_home_is_never_marked_delivered(alice, agents, conversation, script, inline_tasks):
+    """Reproduction 7: a (legacy) cron job with no home reaches nobody: its run is not marked
+    delivered; its delivery fails visibly and ends a dead letter."""
+    job = cron_job_create(owner_id=alice.pk, agent="log-analyst", task="nightly", expression="0 3 * * *",
+                          home_session_id=conversation.pk, principal=f"user:{alice.pk}")
+    ScheduledJob.objects.filter(pk=job.pk).update(home_session=None)  # as one made before homes were required
+    script(text_turn("nothing unusual"))
+    run_cron_job(job.pk)
+    for _ in range(DEAD_LETTER_AFTER):
+        deliver_due_jobs()
+
+    run = job.runs.get()
+    assert run.delivered_at is None and run.dead_lettered_at is not None
+    assert "no home conversation" in run.delivery_error
