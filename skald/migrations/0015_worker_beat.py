@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('skald', '0011_provider_identity'),
+        ('skald', '0014_job_budget'),
     ]
 
     operations = [
