@@ -154,13 +154,13 @@ def test_an_async_result_reaches_its_parent_exactly_once_when_the_delivering_wor
 # --- a cron job fires on a worker ------------------------------------------------------------------
 
 
-def _admin(stack: Stack) -> httpx.Client:
+def _admin(stack: Stack, username: str = "admin") -> httpx.Client:
     client = stack.http()
     page = client.get("/admin/login/")
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
     assert token
     posted = client.post("/admin/login/?next=/admin/", data={"csrfmiddlewaretoken": token.group(1),
-                                                            "username": "admin", "password": "e2e-demo-password-7c41",
+                                                            "username": username, "password": "e2e-demo-password-7c41",
                                                             "next": "/admin/"})
     assert posted.status_code == 302
     return client
@@ -169,13 +169,17 @@ def _admin(stack: Stack) -> httpx.Client:
 def test_a_cron_job_fires_on_a_worker_and_its_run_is_listed(launch_stack: Launch) -> None:
     stack = launch_stack()
     wait_ready(stack)
-    admin = _admin(stack)
+    # The operator schedules it, with one of their conversations as its home (issue 27: a cron job's
+    # results need somewhere to go).
+    admin = _admin(stack, "operator")
+    home = stack.api("operator").create_session("troubleshooter")
     form = admin.get("/admin/skald/scheduledjob/add/")
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text)
     assert token
     created = admin.post("/admin/skald/scheduledjob/add/", data={
         "csrfmiddlewaretoken": token.group(1), "agent": "log-analyst", "task": "look for new errors",
         "cron": "* * * * * */5", "source": "web",  # every five seconds (croniter's seconds field)
+        "home_session": str(home["id"]),
         "runs-TOTAL_FORMS": "0", "runs-INITIAL_FORMS": "0", "runs-MIN_NUM_FORMS": "0", "runs-MAX_NUM_FORMS": "0",
     })
     assert created.status_code == 302, created.text[-1500:]
