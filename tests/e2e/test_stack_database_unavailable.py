@@ -18,7 +18,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tests.e2e.stack import PASSWORD, Launch, Stack, wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.db_sensitive]
+# One worker runs the whole module: its stack and its database are made once.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.db_sensitive,
+              pytest.mark.xdist_group("stack_db_unavailable")]
 
 SERVER = os.environ.get("DATABASE_URL", "")
 WAIT = 30.0  # a hang guard, not a time assertion
@@ -45,7 +47,8 @@ def database() -> Iterator[str]:
 def stack(launch_stack: Launch, database: str) -> Stack:
     params = conninfo_to_dict(SERVER.replace("postgres://", "postgresql://", 1))
     user, host, port = params.get("user", "postgres"), params.get("host", "127.0.0.1"), params.get("port", "5432")
-    return launch_stack({"DATABASE_URL": f"postgres://{user}@{host}:{port}/{database}"})
+    # A pool wait of 1 s: a refusing database answers after it, not after the default 5 s.
+    return launch_stack({"DATABASE_URL": f"postgres://{user}@{host}:{port}/{database}", "SKALD_DB_POOL_TIMEOUT": "1"})
 
 
 def _terminate(database: str) -> None:
