@@ -3,6 +3,7 @@ edit cron jobs here (next run, last runs, outcome). Writes go through :mod:`skal
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django import forms
@@ -128,13 +129,8 @@ class ScheduledJobAdmin(admin.ModelAdmin):
 
     @admin.action(description="Cancel selected jobs")
     def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[ScheduledJob]) -> None:
-        done = 0
-        for job in queryset:
-            try:
-                job_cancel(job_id=job.pk, principal=f"user:{request.user.pk}")
-                done += 1
-            except SkaldError as exc:
-                self.message_user(request, f"job #{job.pk}: {exc.message}", messages.WARNING)
+        done = _each(self, request, queryset, "job",
+                     lambda job: job_cancel(job_id=job.pk, principal=f"user:{request.user.pk}"))
         self.message_user(request, f"Cancelled {done} job(s).", messages.SUCCESS)
 
 
@@ -168,11 +164,20 @@ class JobRunAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Retry the delivery of selected dead letters")
     def retry_delivery(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> None:
-        done = 0
-        for run in queryset:
-            try:
-                job_run_delivery_retry(run_id=run.pk, principal=f"user:{request.user.pk}")
-                done += 1
-            except SkaldError as exc:
-                self.message_user(request, f"run #{run.pk}: {exc.message}", messages.WARNING)
+        done = _each(self, request, queryset, "run",
+                     lambda run: job_run_delivery_retry(run_id=run.pk, principal=f"user:{request.user.pk}"))
         self.message_user(request, f"Retried {done} delivery(ies).", messages.SUCCESS)
+
+
+def _each(model_admin: admin.ModelAdmin[Any], request: HttpRequest, items: QuerySet[Any], noun: str,
+          act: Callable[[Any], object]) -> int:
+    """Run an admin action's service on each selected row; a refusal is a warning naming the row,
+    never the end of the batch. Returns how many went through."""
+    done = 0
+    for item in items:
+        try:
+            act(item)
+            done += 1
+        except SkaldError as exc:
+            model_admin.message_user(request, f"{noun} #{item.pk}: {exc.message}", messages.WARNING)
+    return done
