@@ -75,7 +75,7 @@ def guarded_request(method: str, url: str, *, policy: OutboundPolicy, headers: M
     target = f"{'http' if plain else 'https'}://{shown}{port}{endpoint.path or '/'}"
     host_header = endpoint.host_header if not plain or endpoint.port == 443 else \
         (f"{endpoint.host}:{endpoint.port}" if endpoint.port != 80 else endpoint.host)
-    transport = httpx.HTTPTransport(verify=_ssl_context(policy.ca_file), retries=0, trust_env=False)
+    transport = httpx.HTTPTransport(verify=ssl_context(policy.ca_file), retries=0, trust_env=False)
     with httpx.Client(transport=transport, trust_env=False, follow_redirects=False,
                       timeout=httpx.Timeout(policy.timeout)) as client:
         try:
@@ -93,7 +93,12 @@ def guarded_request(method: str, url: str, *, policy: OutboundPolicy, headers: M
 
 
 @lru_cache(maxsize=8)
-def _ssl_context(ca_file: str) -> ssl.SSLContext:
+def ssl_context(ca_file: str = "") -> ssl.SSLContext:
+    """certifi's bundle plus an operator CA file, built once per file (the provider adapter's too).
+
+    Raises:
+        ProviderError: ``provider_tls`` when the CA file cannot be loaded.
+    """
     context = ssl.create_default_context(cafile=certifi.where())
     if ca_file:
         try:

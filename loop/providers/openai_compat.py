@@ -16,7 +16,6 @@ import threading
 from collections.abc import Iterator
 from typing import Any, TypeGuard
 
-import certifi
 import httpx
 
 from loop.cancellation import CancelToken
@@ -34,6 +33,7 @@ from loop.providers.base import (
     UsageDelta,
     UserMessage,
 )
+from loop.providers.guarded_http import ssl_context
 from loop.providers.netguard import Resolver, SystemResolver, parse_endpoint, resolve_and_screen
 from loop.providers.profile import ProviderProfile, read_secret
 
@@ -305,8 +305,6 @@ class OpenAICompatProvider:
         self._endpoint = parse_endpoint(profile.base_url)
         self._resolver = resolver if resolver is not None else SystemResolver()
         self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
-        self._ssl: ssl.SSLContext | None = None
-        self._ssl_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"OpenAICompatProvider(name={self.name!r})"
@@ -388,18 +386,7 @@ class OpenAICompatProvider:
         }
 
     def _ssl_context(self) -> ssl.SSLContext:
-        with self._ssl_lock:
-            if self._ssl is None:
-                context = ssl.create_default_context(cafile=certifi.where())
-                if self._profile.ca_file:
-                    try:
-                        context.load_verify_locations(cafile=self._profile.ca_file)
-                    except (OSError, ssl.SSLError) as exc:
-                        raise ProviderError(
-                            f"the provider CA file cannot be loaded ({type(exc).__name__})", code="provider_tls"
-                        ) from None
-                self._ssl = context
-            return self._ssl
+        return ssl_context(self._profile.ca_file or "")
 
 
 def _check_response(response: httpx.Response, secret: str) -> None:

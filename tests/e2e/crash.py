@@ -63,10 +63,11 @@ class Database:
     def env_for(self, name: str) -> dict[str, str]:
         if self.kind == "sqlite":
             return {"SKALD_SQLITE_PATH": name}
-        return {"DATABASE_URL": _with_dbname(self.server_url, name)}
+        return {"DATABASE_URL": with_dbname(self.server_url, name)}
 
 
-def _with_dbname(url: str, name: str) -> str:
+def with_dbname(url: str, name: str) -> str:
+    """``url`` naming database ``name`` on the same server."""
     head, _, _old = url.rpartition("/")
     return f"{head}/{name}"
 
@@ -101,10 +102,11 @@ def _child(role: str, workdir: Path, env: dict[str, str]) -> subprocess.Complete
                           env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
-def _pg_admin(url: str, *statements: str) -> None:
+def pg_admin(url: str, *statements: str) -> None:
+    """Run ``statements`` in autocommit on the server of ``url`` (its ``postgres`` database)."""
     import psycopg
 
-    with psycopg.connect(_with_dbname(url, "postgres").replace("postgres://", "postgresql://", 1),
+    with psycopg.connect(with_dbname(url, "postgres").replace("postgres://", "postgresql://", 1),
                          autocommit=True) as conn:
         for statement in statements:
             conn.execute(statement)  # type: ignore[arg-type]
@@ -120,13 +122,13 @@ def database(kind: str, server_url: str = "") -> Iterator[Database]:
     with tempfile.TemporaryDirectory(prefix="skald-crash-tpl-") as tmp:
         workdir = Path(tmp)
         name = f"skald_crash_tpl_{os.getpid()}"
-        _pg_admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
+        pg_admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
         try:
-            done = _child("migrate", workdir, _env(workdir, {"DATABASE_URL": _with_dbname(server_url, name)}))
+            done = _child("migrate", workdir, _env(workdir, {"DATABASE_URL": with_dbname(server_url, name)}))
             assert done.returncode == 0, done.stderr[-3000:]
             yield Database("postgresql", name, server_url)
         finally:
-            _pg_admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            pg_admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def crash_once(db: Database, scenario: str, point: str, number: int = 0) -> dict[str, Any]:
@@ -139,7 +141,7 @@ def crash_once(db: Database, scenario: str, point: str, number: int = 0) -> dict
             shutil.copyfile(db.template, name)
         else:
             name = f"skald_crash_{os.getpid()}_{number}"
-            _pg_admin(db.server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
+            pg_admin(db.server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
                       f'CREATE DATABASE "{name}" TEMPLATE "{db.template}"')
         try:
             plain = _env(workdir, {**db.env_for(name), **({"CRASH_DELEGATE": "1"} if scenario.startswith("child")
@@ -160,7 +162,7 @@ def crash_once(db: Database, scenario: str, point: str, number: int = 0) -> dict
             report: dict[str, Any] = json.loads(recovered.stdout.strip().splitlines()[-1])
         finally:
             if db.kind == "postgresql":
-                _pg_admin(db.server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                pg_admin(db.server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         report.update(point=point, scenario=scenario, died=worker.returncode == -signal.SIGKILL,
                       worker_stderr=worker.stderr[-2000:] if worker.returncode not in (0, -signal.SIGKILL) else "")
         return report
@@ -183,16 +185,27 @@ def violations(report: dict[str, Any]) -> list[str]:
     return broken
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="make crash", description=__doc__.splitlines()[0])
+def campaign_parser(description: str) -> argparse.ArgumentParser:
+    """``make crash``'s options every campaign shares: runs, and the databases to run on."""
+    parser = argparse.ArgumentParser(prog="make crash", description=description)
     parser.add_argument("--runs", type=int, default=int(os.environ.get("N", "20")))
     parser.add_argument("--postgres", default=os.environ.get("CRASH_POSTGRES_URL", ""),
                         help="a PostgreSQL server URL (postgres://user@host:port/any): also run there")
     parser.add_argument("--no-sqlite", action="store_true", help="PostgreSQL only")
+    return parser
+
+
+def database_kinds(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """``(kind, server URL)`` for each database the campaign runs on, SQLite first."""
+    return ([] if args.no_sqlite else [("sqlite", "")]) + ([("postgresql", args.postgres)] if args.postgres else [])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = campaign_parser(__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=int(os.environ.get("CRASH_JOBS", "1")),
                         help="runs of one failpoint at a time (each has its own database and processes)")
     args = parser.parse_args(argv)
-    kinds = ([] if args.no_sqlite else [("sqlite", "")]) + ([("postgresql", args.postgres)] if args.postgres else [])
+    kinds = database_kinds(args)
     failed = False
     for kind, url in kinds:
         print(f"\n{kind}: {args.runs} runs per failpoint, lease {LEASE_SECONDS} s, settle within {SETTLE_WITHIN} s")

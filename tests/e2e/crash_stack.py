@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from skald.core.child_env import hermetic_env
-from tests.e2e.crash import APPROVAL_POINTS, SETTLE_WITHIN, TURN_POINTS, _pg_admin, _with_dbname, violations
+from tests.e2e.crash import APPROVAL_POINTS, SETTLE_WITHIN, TURN_POINTS, pg_admin, violations, with_dbname
 from tests.e2e.stack import BASE_DIR, Stack, launch, wait_for, wait_ready
 from tests.loop.providers.fake_openai_server import (
     FakeOpenAIServer,
@@ -129,8 +129,8 @@ def crash_once(fake: FakeOpenAIServer, scenario: str, point: str, *, postgres: s
         db_env: dict[str, str] = {}
         name = f"skald_crash_stack_{os.getpid()}_{number}"
         if postgres:
-            _pg_admin(postgres, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
-            db_env = {"DATABASE_URL": _with_dbname(postgres, name)}
+            pg_admin(postgres, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
+            db_env = {"DATABASE_URL": with_dbname(postgres, name)}
         plain = {**fake.profile_env(workdir / "secrets"), **db_env, "BRAIN_ENGINE_EXEC_ALLOWLIST": "sh",
                  "SKALD_LEASE_SECONDS": str(LEASE_SECONDS), "SKALD_SWEEP_SECONDS": "1"}
         crashing = {**plain, "SKALD_FAILPOINTS": point, "SKALD_FAILPOINTS_ONCE": str(workdir / "fired")}
@@ -186,7 +186,7 @@ def crash_once(fake: FakeOpenAIServer, scenario: str, point: str, *, postgres: s
         finally:
             fake.default = None
             if postgres:
-                _pg_admin(postgres, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                pg_admin(postgres, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         report.update(point=point, scenario=scenario, died=_fired(workdir, point), worker_stderr="")
         return report
 

@@ -14,7 +14,6 @@ refusals recorded and the newer version kept.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from skald.core.child_env import hermetic_env
-from tests.e2e.crash import Database, _pg_admin, database
+from tests.e2e.crash import Database, campaign_parser, database, database_kinds, pg_admin
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 LEASE_SECONDS = 1
@@ -68,7 +67,7 @@ def zombie_once(db: Database, number: int = 0) -> dict[str, Any]:
             shutil.copyfile(db.template, name)
         else:
             name = f"skald_zombie_{os.getpid()}_{number}"
-            _pg_admin(db.server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
+            pg_admin(db.server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
                       f'CREATE DATABASE "{name}" TEMPLATE "{db.template}"')
         a = _worker("drive", workdir, _env(workdir, db, name, "a"))
         try:
@@ -93,7 +92,7 @@ def zombie_once(db: Database, number: int = 0) -> dict[str, Any]:
                 a.kill()
                 a.wait()
             if db.kind == "postgresql":
-                _pg_admin(db.server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                pg_admin(db.server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def violations(report: dict[str, Any]) -> list[str]:
@@ -117,13 +116,9 @@ def violations(report: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="make crash", description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=int(os.environ.get("N", "20")))
-    parser.add_argument("--postgres", default=os.environ.get("CRASH_POSTGRES_URL", ""),
-                        help="a PostgreSQL server URL (postgres://user@host:port/any): also run there")
-    parser.add_argument("--no-sqlite", action="store_true", help="PostgreSQL only")
+    parser = campaign_parser(__doc__.splitlines()[0])
     args = parser.parse_args(argv)
-    kinds = ([] if args.no_sqlite else [("sqlite", "")]) + ([("postgresql", args.postgres)] if args.postgres else [])
+    kinds = database_kinds(args)
     failed = False
     for kind, url in kinds:
         print(f"\n{kind}: zombie workers (SIGSTOP mid-command past a {LEASE_SECONDS} s lease, another worker "

@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from tests.e2e.crash import pg_admin, with_dbname
 from tests.e2e.stack import PASSWORD, Launch, Stack, wait_for
 
 # One worker runs the whole module: its stack and its database are made once.
@@ -27,10 +27,7 @@ WAIT = 30.0  # a hang guard, not a time assertion
 
 
 def _admin(*statements: str) -> None:
-    params = conninfo_to_dict(SERVER.replace("postgres://", "postgresql://", 1))
-    with psycopg.connect(make_conninfo(**{**params, "dbname": "postgres"}), autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)  # type: ignore[arg-type]
+    pg_admin(SERVER, *statements)
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +42,8 @@ def database() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def stack(launch_stack: Launch, database: str) -> Stack:
-    params = conninfo_to_dict(SERVER.replace("postgres://", "postgresql://", 1))
-    user, host, port = params.get("user", "postgres"), params.get("host", "127.0.0.1"), params.get("port", "5432")
     # A pool wait of 1 s: a refusing database answers after it, not after the default 5 s.
-    return launch_stack({"DATABASE_URL": f"postgres://{user}@{host}:{port}/{database}", "SKALD_DB_POOL_TIMEOUT": "1"})
+    return launch_stack({"DATABASE_URL": with_dbname(SERVER, database), "SKALD_DB_POOL_TIMEOUT": "1"})
 
 
 def _terminate(database: str) -> None:
@@ -76,11 +71,10 @@ def test_a_backend_terminated_mid_request_answers_503_database_unavailable_then_
         stack: Stack, database: str) -> None:
     """The request is held inside JWT authentication (its user look-up waits on a lock the test
     holds), its backend is terminated there, then the lock is released: a deterministic "mid-request"."""
-    params = conninfo_to_dict(SERVER.replace("postgres://", "postgresql://", 1))
     with stack.http() as client:
         token = stack.token("operator")
         assert _sessions(client, token).status_code == 200
-        with psycopg.connect(make_conninfo(**{**params, "dbname": database})) as holder, \
+        with psycopg.connect(with_dbname(SERVER, database).replace("postgres://", "postgresql://", 1)) as holder, \
                 ThreadPoolExecutor(1) as pool:
             holder.execute("LOCK TABLE auth_user IN ACCESS EXCLUSIVE MODE")
             pending = pool.submit(_sessions, client, token)

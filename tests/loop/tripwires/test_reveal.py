@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from loop.projection import EventRow, call_key, project
+from loop.tripwires import default_detector
 from loop.tripwires.guard import find_tripwires
 from loop.tripwires.reveal import revealed_views
 from tests.loop.tripwire_corpus import fakes
@@ -50,7 +51,12 @@ def test_plain_text_and_ordinary_json_offer_no_extra_view() -> None:
 
 
 def test_a_token_after_a_newline_escape_is_found() -> None:
-    assert find_tripwires(json.dumps({"log": f"first line\n{SECRET}"})) == ["gitlab-pat"]
+    """Raw, the escape's letter ``n`` glues to the token and the rule's boundary fails; decoded, it is a
+    line break."""
+    aws = next(f.snippet for f in fakes() if f.kind == "aws-access-token")
+    arguments = json.dumps({"log": f"first line\n{aws}"})
+    assert default_detector().kinds(arguments) == []  # what the raw text alone let through
+    assert find_tripwires(arguments) == ["aws-access-token"]
 
 
 def test_a_deeply_nested_document_is_screened_without_recursion() -> None:
