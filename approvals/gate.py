@@ -90,7 +90,7 @@ class ApprovalGate:
         )
         return {"request_id": str(approval.request_id), "tool": call.tool, "preview": preview,
                 "rule": approval.rule_snapshot, "expires_at": approval.expires_at.isoformat(),
-                "batch": approval.batch}
+                "batch": approval.batch, "requested_by_id": approval.requested_by_id}
 
 
 def rule_snapshot(rule: ApprovalRule | None) -> dict[str, Any]:

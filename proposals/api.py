@@ -19,6 +19,7 @@ from proposals import selectors, services
 from proposals.models import Proposal, ProposalStatus
 from skald.core.api.errors_schema import error_responses
 from skald.core.api.permissions import caller, roles
+from skald.core.api.strict_input import StrictInput
 from skald.core.roles import Role
 
 READERS = roles(Role.REVIEWER, Role.AUDITOR)
@@ -64,12 +65,12 @@ class ProposalDetailSerializer(ProposalSerializer):
         return selectors.proposal_consequence(proposal=obj)
 
 
-class AcceptSerializer(serializers.Serializer):
+class AcceptSerializer(StrictInput):
     title = serializers.CharField(required=False, max_length=200)
     body = serializers.CharField(required=False, max_length=services.BODY_MAX)
 
 
-class RejectSerializer(serializers.Serializer):
+class RejectSerializer(StrictInput):
     reason = serializers.CharField(max_length=services.REASON_MAX)
 
 

@@ -59,6 +59,13 @@ def check_production_profile(app_configs: Any = None, **kwargs: Any) -> list[Err
         problems.append(
             Warning("SKALD_AUDIT_KEY is not set: exported chain heads are not signed.", id="skald.W002")
         )
+    if not settings.SKALD_FOUR_EYES and not settings.DEBUG:
+        problems.append(Warning(
+            "SKALD_FOUR_EYES is off: an approver may approve a call their own session asked for.",
+            hint="Set SKALD_FOUR_EYES=1 so another approver decides (the console's card says when a call is "
+                 "the viewer's own either way).",
+            id="skald.W009",
+        ))
     return problems
 
 

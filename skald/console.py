@@ -5,6 +5,7 @@ the viewer may do, so cards match the role (an approver answers, everyone else s
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -23,4 +24,5 @@ def console(request: HttpRequest) -> HttpResponse:
     return render(request, "skald/console.html", {
         "username": request.user.get_username(), "roles": roles,
         "can_resolve": has_role(request.user, Role.APPROVER), "cases": cases,
+        "user_id": request.user.pk, "four_eyes": settings.SKALD_FOUR_EYES,
     })

@@ -314,6 +314,12 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "COMPONENT_SPLIT_REQUEST": True,
+    # Request bodies are closed (additionalProperties: false) and the server refuses unknown keys;
+    # request strings hold no NUL, which the request guard refuses everywhere.
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "skald.core.api.strict_input.closed_request_bodies",
+                             "skald.core.api.strict_input.nul_free_strings",
+                             "skald.core.api.strict_input.json_query_parameters"],
     "SWAGGER_UI_DIST": "SIDECAR",
     # No call to the public validator service: the docs page loads nothing from outside the project.
     "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None, "persistAuthorization": True},
@@ -338,7 +344,8 @@ SPECTACULAR_SETTINGS = {
         "RunStatusEnum": "skald.models.RunStatus",
         "CaseStatusEnum": "skald.models.CaseStatus",
         "ExchangeStatusEnum": "loop.models.ExchangeStatus",
-        "ApprovalDecisionEnum": ["approve", "reject"],
+        "ApproveDecisionEnum": ["approve"],
+        "RejectDecisionEnum": ["reject"],
         "HandoffDecisionEnum": ["continue", "close"],
     },
 }

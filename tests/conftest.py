@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, User
+from hypothesis import settings as hypothesis_settings
 from rest_framework.test import APIClient
 from rest_framework_simplejwt.tokens import RefreshToken
 
@@ -18,6 +19,11 @@ from skald.core.var import var_dir_prepare
 from skald.loop_adapters.runtime import set_provider_factory
 
 PASSWORD = "correct horse battery staple"
+
+# No per-example deadline: Hypothesis's default (200 ms) fails an example that a loaded machine
+# merely ran slowly, and tests never judge by the clock (docs/testing.md).
+hypothesis_settings.register_profile("skald", deadline=None)
+hypothesis_settings.load_profile("skald")
 
 
 def _roles_complete() -> bool:

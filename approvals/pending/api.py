@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -17,10 +17,11 @@ from approvals.pending.services import pending_approval_resolve
 from skald.core.api.errors_schema import error_responses
 from skald.core.api.permissions import caller, roles
 from skald.core.api.schema import MAX_ID
+from skald.core.api.strict_input import StrictInput
 from skald.core.roles import Role
 
 RESOLVE_ERRORS = error_responses(
-    _400="invalid", _403="four_eyes_required", _404="approval_not_found",
+    _400=("invalid", "reason_required"), _403="four_eyes_required", _404="approval_not_found",
     _409=("approval_already_resolved", "approval_arguments_changed"), _410="approval_expired",
 )
 
@@ -61,9 +62,27 @@ class ResolutionSerializer(ApprovalSerializer):
         fields = [*ApprovalSerializer.Meta.fields, "continuation", "approvals"]
 
 
-class ResolveSerializer(serializers.Serializer):
+class ResolveSerializer(StrictInput):
     decision = serializers.ChoiceField(choices=["approve", "reject"])
     reason = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+
+
+class ApproveInput(StrictInput):
+    decision = serializers.ChoiceField(choices=["approve"])
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+
+
+class RejectInput(StrictInput):
+    decision = serializers.ChoiceField(choices=["reject"])
+    reason = serializers.CharField(max_length=2000, help_text="Why: the requester reads it (required).")
+
+
+# What the document says a resolve takes: an approval (a reason optional) or a rejection with a
+# reason (``reason_required`` otherwise). The server reads both with ResolveSerializer; the service
+# refuses a reason-less rejection, whoever calls it.
+RESOLVE_BODY = PolymorphicProxySerializer(component_name="Resolve", serializers={"approve": ApproveInput,
+                                                                                 "reject": RejectInput},
+                                          resource_type_field_name="decision")
 
 
 def _accepted(approvals: list[PendingApproval]) -> Response:
@@ -104,7 +123,7 @@ class ApprovalResolve(APIView):
     permission_classes = [roles(Role.APPROVER)]
 
     @extend_schema(operation_id="approval_resolve", summary="Approve or reject a pending call by request id",
-                   request=ResolveSerializer, responses={202: ResolutionSerializer, **RESOLVE_ERRORS})
+                   request=RESOLVE_BODY, responses={202: ResolutionSerializer, **RESOLVE_ERRORS})
     def post(self, request: Request, request_id: str) -> Response:
         return _resolve_one(request, request_id=request_id)
 
@@ -116,7 +135,7 @@ class ToolCallResolve(APIView):
 
     @extend_schema(operation_id="approval_resolve_by_tool_call",
                    summary="Approve or reject a pending call by its tool-call id",
-                   request=ResolveSerializer, responses={202: ResolutionSerializer, **RESOLVE_ERRORS})
+                   request=RESOLVE_BODY, responses={202: ResolutionSerializer, **RESOLVE_ERRORS})
     def post(self, request: Request, tool_call_id: int) -> Response:
         return _resolve_one(request, tool_call_id=tool_call_id)
 
@@ -127,7 +146,7 @@ class BatchResolve(APIView):
     permission_classes = [roles(Role.APPROVER)]
 
     @extend_schema(operation_id="approval_batch_resolve", summary="Approve or reject every pending call of a batch",
-                   request=ResolveSerializer, responses={202: BatchResolutionSerializer, **RESOLVE_ERRORS})
+                   request=RESOLVE_BODY, responses={202: BatchResolutionSerializer, **RESOLVE_ERRORS})
     def post(self, request: Request, session_id: int, batch: str) -> Response:
         body = ResolveSerializer(data=request.data)
         body.is_valid(raise_exception=True)

@@ -53,6 +53,10 @@ def pending_approval_resolve(
     if decision not in ("approve", "reject"):
         raise SkaldError("decision must be 'approve' or 'reject'", code="invalid", http_status=400,
                          fields={"decision": ["must be approve or reject"]})
+    if decision == "reject" and not reason.strip():
+        # The requester reads why; the admin's form, the API and the console's card all come here.
+        raise SkaldError("A reason is required to reject.", code="reason_required", http_status=400,
+                         fields={"reason": ["required to reject"]})
     if not has_role(resolver, Role.APPROVER):
         raise Forbidden("Only approvers resolve approvals.", code="permission_denied")
     expired_now = False

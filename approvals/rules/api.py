@@ -17,6 +17,7 @@ from approvals.rules.selectors import agent_exists, tools_catalog, user_id_resol
 from skald.core.api.errors_schema import error_responses
 from skald.core.api.input_checks import json_loads_checked
 from skald.core.api.permissions import roles
+from skald.core.api.strict_input import JSON_OBJECT
 from skald.core.errors import SkaldError
 from skald.core.roles import Role
 
@@ -67,7 +68,7 @@ ToolSerializer = inline_serializer(
 
 
 class ExplainQuery(serializers.Serializer):
-    tool = serializers.CharField(max_length=128)
+    tool = serializers.CharField(min_length=1, max_length=128)
     args = serializers.CharField(required=False, default="{}", trim_whitespace=False)
     user = serializers.CharField(required=False, max_length=150)
     agent = serializers.CharField(required=False, max_length=64)
@@ -83,13 +84,13 @@ class ExplainQuery(serializers.Serializer):
 
     def validate_user(self, value: str) -> int:
         user_id = user_id_resolve(value)
-        if user_id is None:
-            raise serializers.ValidationError("no such user")
+        if user_id is None:  # a name that exists nowhere, like an id: 404
+            raise SkaldError(f"No user named {value!r}.", code="user_unknown", http_status=404)
         return user_id
 
     def validate_agent(self, value: str) -> str:
         if not agent_exists(value):
-            raise serializers.ValidationError("no such agent")
+            raise SkaldError(f"No agent named {value!r}.", code="agent_unknown", http_status=404)
         return value
 
 
@@ -118,12 +119,14 @@ class ExplainView(APIView):
             "nor agent) or an engine fault denies."
         ),
         parameters=[
-            OpenApiParameter("tool", OpenApiTypes.STR, required=True, description="Tool name."),
-            OpenApiParameter("args", OpenApiTypes.STR, description='Arguments as a JSON object, e.g. {"path": "a"}.'),
+            OpenApiParameter("tool", {"type": "string", "minLength": 1, "maxLength": 128}, required=True,
+                             description="Tool name."),
+            OpenApiParameter("args", OpenApiTypes.STR, description='Arguments as a JSON object, e.g. {"path": "a"}.',
+                             extensions={JSON_OBJECT: True}),
             OpenApiParameter("user", OpenApiTypes.STR, description="Username or user id."),
             OpenApiParameter("agent", OpenApiTypes.STR, description="Agent name."),
         ],
-        responses={200: ExplainSerializer, **error_responses(_400="invalid")},
+        responses={200: ExplainSerializer, **error_responses(_400="invalid", _404=("user_unknown", "agent_unknown"))},
     )
     def get(self, request: Request) -> Response:
         query = ExplainQuery(data=request.query_params)

@@ -23,6 +23,7 @@ from rest_framework_simplejwt.views import TokenObtainPairView, TokenRefreshView
 from audit.actors import Actor
 from audit.kinds import AuditKind
 from skald.core.api.errors_schema import error_responses
+from skald.core.api.strict_input import refuse_unknown, writable_fields
 from skald.core.errors import SkaldError
 from skald.identity import signins
 from skald.identity.lockout import LOCKED_CODE, LOCKED_MESSAGE
@@ -52,6 +53,7 @@ class TokenObtain(TokenObtainPairView):
     )
     def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         serializer = self.get_serializer(data=request.data)
+        refuse_unknown(request.data, writable_fields(serializer))
         try:
             serializer.is_valid(raise_exception=True)
         except TokenError as exc:
@@ -77,6 +79,7 @@ class TokenRefresh(TokenRefreshView):
     )
     def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         serializer = self.get_serializer(data=request.data)
+        refuse_unknown(request.data, writable_fields(serializer))
         try:
             serializer.is_valid(raise_exception=True)
         except TokenError as exc:  # expired, malformed or blacklisted (revoked)

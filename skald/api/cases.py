@@ -16,6 +16,7 @@ from skald.cases.services import case_create, case_update
 from skald.core.api.errors_schema import error_responses
 from skald.core.api.permissions import caller, read_or_write, roles
 from skald.core.api.schema import MAX_ID
+from skald.core.api.strict_input import StrictInput
 from skald.core.roles import Role
 from skald.models import Case, CaseLog, Run, RunStatus
 
@@ -37,18 +38,18 @@ class CaseSerializer(serializers.ModelSerializer):
         fields = ["id", "title", "description", "status", "created_at", "logs"]
 
 
-class LogInput(serializers.Serializer):
+class LogInput(StrictInput):
     name = serializers.CharField(max_length=120)
     content = serializers.CharField(max_length=1024 * 1024, trim_whitespace=False)
 
 
-class CaseInput(serializers.Serializer):
+class CaseInput(StrictInput):
     title = serializers.CharField(max_length=200)
     description = serializers.CharField(required=False, allow_blank=True, default="")
     logs = LogInput(many=True, required=False, default=list)
 
 
-class CaseUpdateInput(serializers.Serializer):
+class CaseUpdateInput(StrictInput):
     title = serializers.CharField(max_length=200, required=False)
     description = serializers.CharField(required=False, allow_blank=True)
     status = serializers.ChoiceField(choices=["open", "closed"], required=False)

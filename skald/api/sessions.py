@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -14,6 +14,7 @@ from loop.models import Exchange, Session, SessionEvent
 from skald.core.api.errors_schema import error_responses
 from skald.core.api.permissions import caller, roles
 from skald.core.api.schema import MAX_ID
+from skald.core.api.strict_input import NON_BLANK_TEXT, StrictInput
 from skald.core.errors import Forbidden, SkaldError
 from skald.sessions import selectors, services
 from skald.sessions.access import SESSION_ROLES, SessionAction, may_create_session, session_for, sessions_readable_by
@@ -29,7 +30,7 @@ class SessionSerializer(serializers.ModelSerializer):
         fields = ["id", "agent", "source", "title", "owner", "last_seq", "exchange_count", "created_at"]
 
 
-class SessionCreateSerializer(serializers.Serializer):
+class SessionCreateSerializer(StrictInput):
     agent = serializers.SlugField(required=False, max_length=64)
     title = serializers.CharField(required=False, allow_blank=True, max_length=200)
     case = serializers.IntegerField(
@@ -66,9 +67,21 @@ class NothingToStopSerializer(serializers.Serializer):
     stopped = serializers.IntegerField(allow_null=True, help_text="Always null: no exchange was running.")
 
 
-class MessageSerializer(serializers.Serializer):
+@extend_schema_field({"type": "string", "maxLength": 65536, "pattern": NON_BLANK_TEXT})
+class MessageContentField(serializers.CharField):
+    """The schema says what the service refuses (blank content): at least one non-space character.
+
+    An empty string passes the field so the service refuses it as ``message_invalid`` (``allow_blank``
+    would put a blank alternative in the schema, which the server refuses).
+    """
+
+    def run_validation(self, data: Any = serializers.empty) -> Any:
+        return "" if data == "" else super().run_validation(data)
+
+
+class MessageSerializer(StrictInput):
     # Blank content is the service's refusal (``message_invalid``), not a generic field error.
-    content = serializers.CharField(max_length=65536, trim_whitespace=False, allow_blank=True)
+    content = MessageContentField(max_length=65536, trim_whitespace=False)
 
 
 class SessionListCreate(APIView):
@@ -83,7 +96,7 @@ class SessionListCreate(APIView):
     @extend_schema(operation_id="session_create", summary="Open a session with an agent",
                    request=SessionCreateSerializer,
                    responses={201: SessionSerializer, **error_responses(
-                       _400=("invalid", "agent_unknown", "case_unknown"),
+                       _400="invalid", _404=("agent_unknown", "case_unknown"),
                        _403=("case_forbidden", "session_create_forbidden"))})
     def post(self, request: Request) -> Response:
         if not may_create_session(caller(request)):

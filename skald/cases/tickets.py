@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from skald.core.api.strict_input import refuse_unknown
 from skald.core.errors import SkaldError
 
 MAX_TICKET_BYTES = 8192
@@ -19,10 +20,7 @@ def parse_ticket(body: Any) -> str:
     if migrated:
         raise SkaldError("Provider, model and secret are server-owned; the body may hold a ticket only.",
                          code="gdl_request_migrated", fields=migrated)
-    unknown = sorted(set(body) - {"ticket"})
-    if unknown:
-        raise SkaldError("The body may hold a ticket only.", code="invalid", fields={k: ["unknown field"]
-                                                                                    for k in unknown})
+    refuse_unknown(body, {"ticket"})
     ticket = body.get("ticket")
     if not isinstance(ticket, str) or not ticket.strip():
         raise SkaldError("The ticket must be a non-empty string.", code="gdl_ticket_invalid")

@@ -41,7 +41,7 @@ def session_create(
     try:
         AgentRowCatalog().get(name)
     except HarnessError as exc:
-        raise SkaldError(str(exc), code="agent_unknown", http_status=400) from None
+        raise SkaldError(str(exc), code="agent_unknown", http_status=404) from None
     if case_id is not None:
         _check_case(user=user, case_id=case_id)
     with transaction.atomic(durable=True):
@@ -56,7 +56,7 @@ def _check_case(*, user: AbstractBaseUser, case_id: int) -> None:
     if not has_role(user, Role.OPERATOR):
         raise SkaldError("Only operators attach sessions to cases.", code="case_forbidden", http_status=403)
     if not Case.objects.filter(pk=case_id).exists():
-        raise SkaldError("No such case.", code="case_unknown", http_status=400)
+        raise SkaldError("No such case.", code="case_unknown", http_status=404)
 
 
 def session_attach_case(*, user: AbstractBaseUser, session: Session, case_id: int) -> None:

@@ -26,6 +26,7 @@ from skald.cases.tickets import MAX_TICKET_BYTES, parse_ticket
 from skald.core.api.errors_schema import error_responses
 from skald.core.api.exceptions import error_body
 from skald.core.api.permissions import caller, roles
+from skald.core.api.strict_input import StrictInput
 from skald.core.errors import SkaldError
 from skald.core.ids import new_token
 from skald.core.roles import AGENT_PRINCIPAL, Role, has_role
@@ -65,7 +66,7 @@ class WorkflowCaller(BasePermission):
         return has_role(user, Role.WORKFLOW) and user.has_perm("skald.write_case")
 
 
-class GdlLaunchInput(serializers.Serializer):
+class GdlLaunchInput(StrictInput):
     ticket = serializers.CharField(max_length=MAX_TICKET_BYTES)
 
 
@@ -165,12 +166,12 @@ gdl_launch.cls = GdlLaunchAPI  # type: ignore[attr-defined]
 gdl_launch.initkwargs = {}  # type: ignore[attr-defined]
 
 
-class HandoffDecisionInput(serializers.Serializer):
+class HandoffDecisionInput(StrictInput):
     decision = serializers.ChoiceField(choices=["continue", "close"])
     note = serializers.CharField(required=False, allow_blank=True, max_length=8000, default="")
 
 
-class BackReferralInput(serializers.Serializer):
+class BackReferralInput(StrictInput):
     note = serializers.CharField(max_length=8000)
 
 

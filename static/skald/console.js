@@ -11,6 +11,7 @@
   }).then(async (r) => ({status: r.status, ok: r.ok, body: await r.json().catch(() => ({}))}));
   const $ = (id) => document.getElementById(id);
   const canResolve = document.body.dataset.canResolve === "1";
+  const myId = Number(document.body.dataset.userId), fourEyes = document.body.dataset.fourEyes === "1";
   // endedSeq: the seq of the last exchange_settled shown. A request's answer (202 to a message, 200 to
   // a stop) can arrive after the exchange it started or stopped has already ended on the socket; the
   // status line then keeps "Exchange ended", never goes back to "working" or "Stop requested".
@@ -57,6 +58,11 @@
     card.appendChild(el("h4", "", `Approval needed: ${p.tool || p.name} (${p.key})`));
     if (p.handoff) card.appendChild(el("div", "", `Question for a human: ${p.question}`));
     else card.appendChild(diff(p.preview));
+    if (canResolve && p.request_id && p.requested_by_id === myId) {  // say it before anyone decides
+      card.appendChild(el("div", "own", fourEyes
+        ? "You started this session: another approver must decide (four eyes)."
+        : "You started this session: you are deciding on your own agent's call (four eyes is off)."));
+    }
     if (canResolve && p.request_id) {
       const actions = el("div", "actions"), reason = el("input");
       reason.placeholder = "reason (required to reject)";
@@ -65,6 +71,11 @@
         const b = el("button", decision, decision === "approve" ? "Approve" : "Reject");
         b.onclick = () => {
           card.querySelector(".error").textContent = "";
+          if (decision === "reject" && !reason.value.trim()) {  // the server refuses it too (reason_required)
+            card.querySelector(".error").textContent = "A reason is required to reject.";
+            reason.focus();
+            return;
+          }
           if (!socket || socket.readyState !== WebSocket.OPEN) { card.querySelector(".error").textContent = "Not connected; retrying…"; return; }
           actions.querySelectorAll("button").forEach((x) => { x.disabled = true; });
           socket.send(JSON.stringify({type: "approval.resolve", request_id: p.request_id, decision, reason: reason.value}));

@@ -22,6 +22,7 @@ from rest_framework_simplejwt.tokens import RefreshToken
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
+    positive_data_acceptance,
     response_schema_conformance,
     status_code_conformance,
 )
@@ -153,7 +154,31 @@ def test_bodies_that_are_not_json_answer_415_and_malformed_json_a_documented_400
     assert checked >= 14
 
 
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+def test_a_key_the_schema_does_not_name_is_400_unknown_field(schema, server):
+    """Request bodies are closed in the document and on the server: an extra key (a misspelt
+    ``reason``) is refused by name, never silently ignored."""
+    components = schema["components"]["schemas"]
+    checked = 0
+    for path, method, operation in operations(schema):
+        body = operation.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
+        if body is None:
+            continue
+        variants = [body, *components[body["$ref"].rsplit("/", 1)[-1]].get("oneOf", [])]
+        closed = [components[ref["$ref"].rsplit("/", 1)[-1]] for ref in variants]
+        assert all(c["additionalProperties"] is False for c in closed if c.get("type") == "object"), (method, path)
+        url = filled(path, server.ids)
+        response = server.http.request(method.upper(), url, json={"reasn": "typo"}, headers=server.headers(operation))
+        assert_documented(operation, response, f"an unknown key to {method.upper()} {url}")
+        assert (response.status_code, response.json()["code"]) == (400, "unknown_field"), (url, response.text)
+        assert response.json()["extra"]["fields"] == {"reasn": ["unknown field"]}
+        checked += 1
+    assert checked >= 14
+
+
+# positive_data_acceptance: a request the schema calls valid is never refused with a 400 (issue 35):
+# bodies are closed, strings NUL-free, trimmed strings non-blank, names that exist nowhere a 404.
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
+          positive_data_acceptance]
 
 
 def fuzz(operation: schemathesis.APIOperation, raw: dict[str, Any], mode: schemathesis.GenerationMode,

@@ -138,8 +138,9 @@ def test_a_governed_run_through_the_generated_client(generated_client, login, wo
     from skald_client.models import (
         AcceptRequest,
         Approval,
-        ApprovalDecisionEnum,
         ApprovalListStatus,
+        ApproveDecisionEnum,
+        ApproveInputRequest,
         AuditVerify,
         Case,
         CaseInputRequest,
@@ -150,7 +151,6 @@ def test_a_governed_run_through_the_generated_client(generated_client, login, wo
         ProposalDetail,
         ProposalListStatus,
         Resolution,
-        ResolveRequest,
         Run,
     )
 
@@ -172,7 +172,7 @@ def test_a_governed_run_through_the_generated_client(generated_client, login, wo
     pending = carol_.ok(approval_list, list, status=ApprovalListStatus.PENDING, session=run.session).parsed
     assert len(pending) == 1 and isinstance(pending[0], Approval) and pending[0].tool == "write_file"
     resolved = carol_.ok(approval_resolve_by_tool_call, Resolution, tool_call_id=pending[0].tool_call_id,
-                         body=ResolveRequest(decision=ApprovalDecisionEnum.APPROVE, reason="diagnosis notes only"))
+                         body=ApproveInputRequest(decision=ApproveDecisionEnum.APPROVE, reason="diagnosis notes only"))
     assert resolved.status_code == 202 and resolved.parsed.continuation == "scheduled"
     provider.assert_complete()
 

@@ -83,6 +83,20 @@ def test_a_reject_gives_the_model_a_rejected_result_and_the_run_continues(alice,
     assert read_current(troubleshooting.pk, "reports/findings.md") is None
 
 
+@pytest.mark.parametrize("reason", [None, "", "   "])
+def test_a_reject_without_a_reason_is_refused_and_the_call_stays_pending(alice, carol, api, troubleshooting, script,
+                                                                         reason):
+    """The requester reads why: a reason-less rejection is a 400 ``reason_required`` and changes nothing."""
+    park_a_write(alice, troubleshooting, script, text_turn("ok"))
+    approval = PendingApproval.objects.get()
+    body = {"decision": "reject"} if reason is None else {"decision": "reject", "reason": reason}
+    response = api(carol).post(f"/api/approvals/{approval.request_id}/resolve", body, format="json")
+    assert (response.status_code, response.json()["code"]) == (400, "reason_required")
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.PENDING
+    assert not AuditEvent.objects.filter(kind=AuditKind.APPROVAL_RESOLVED).exists()
+
+
 def test_an_overdue_approval_expires_the_model_gets_expired_and_a_late_resolve_is_gone(
     alice, carol, api, troubleshooting, script
 ):

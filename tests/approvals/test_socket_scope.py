@@ -77,6 +77,19 @@ async def test_a_resolve_frame_on_another_sessions_socket_is_refused(script, inl
     assert answer["type"] == "approval.accepted" and answer["status"] == ApprovalStatus.APPROVED
 
 
+async def test_a_reject_frame_without_a_reason_is_refused_on_the_socket(script, inline_tasks, workspace_root) -> None:
+    """The console card's socket goes through the same service: ``reason_required``, nothing resolved."""
+    erin, _quiet, parked, approval = await sync_to_async(two_sessions_one_parked)(script)
+    token = str(AccessToken.for_user(erin))
+    own = WebsocketCommunicator(application, f"/ws/sessions/{parked.pk}/?after=0&token={token}", headers=[ORIGIN])
+    assert (await own.connect(timeout=WAIT))[0]
+    answer = await _answer(own, {"type": "approval.resolve", "request_id": str(approval.request_id),
+                                 "decision": "reject", "reason": "  "})
+    await own.disconnect()
+    assert answer["type"] == "error" and answer["code"] == "reason_required"
+    assert (await sync_to_async(PendingApproval.objects.get)(pk=approval.pk)).status == ApprovalStatus.PENDING
+
+
 async def test_refusals_arrive_as_close_codes_after_accept(script, inline_tasks, workspace_root) -> None:
     erin, quiet, _parked, _approval = await sync_to_async(two_sessions_one_parked)(script)
     frank = await sync_to_async(make_user)("frank", "reviewer")  # may not read erin's sessions

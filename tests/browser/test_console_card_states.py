@@ -1,5 +1,6 @@
 """The console's approval card when an answer is refused and when its exchange is stopped (issue 13:
 "errors next to the card, resolved and cancelled states"), in headless Chromium on the real stack.
+A rejection without a reason is refused on the card (and by the service behind it: issue 35).
 
 The stack runs with four eyes on, so an approver who asks for a gated write in their own session
 may not approve it: the refusal shows on the card, which stays answerable. Stopping the session
@@ -72,6 +73,13 @@ def test_a_refused_answer_shows_on_the_card_and_a_stop_cancels_it(admin: Admin, 
                     timeout=WORKER_WAIT)
 
     card = admin.find("#events .card")
+    # Said before anyone decides: the approver asked for this call themselves (issue 35).
+    assert admin.text("#events .card .own") == "You started this session: another approver must decide (four eyes)."
+    card.find_element(By.CSS_SELECTOR, "button.reject").click()  # no reason typed (issue 35)
+    admin.wait_text("#events .card .error", "A reason is required to reject.", what="the card to ask for a reason")
+    card = admin.find("#events .card")
+    assert "waiting" in card.get_attribute("class")
+    assert all(button.is_enabled() for button in card.find_elements(By.CSS_SELECTOR, "button"))
     card.find_element(By.CSS_SELECTOR, "input").send_keys("My own report; fine.")
     card.find_element(By.CSS_SELECTOR, "button.approve").click()
     admin.wait_text("#events .card .error", "four_eyes_required", what="the refusal next to the card")

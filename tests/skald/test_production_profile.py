@@ -31,6 +31,7 @@ def production_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         "REDIS_URL": "redis://127.0.0.1:6379/0",
         "SKALD_AUDIT_KEY": "audit-hmac-key",
         "SKALD_METRICS_TOKEN": "metrics-token",
+        "SKALD_FOUR_EYES": "1",
         "SKALD_VAR_DIR": str(tmp_path / "var"),
         **extra,
     })
@@ -57,6 +58,13 @@ def test_check_deploy_fails_without_a_sandbox_unless_unconfined_commands_are_acc
 
     assert refused.returncode != 0 and "skald.E011" in refused.stderr and "sandbox: unavailable" in refused.stderr
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+
+
+def test_check_deploy_suggests_four_eyes_and_keeps_the_default(tmp_path):
+    extra = {} if shutil.which("bwrap") else {"SKALD_EXEC_UNCONFINED_OK": "1"}
+    result = manage(production_env(tmp_path, SKALD_FOUR_EYES="0", **extra), "check", "--deploy")
+    assert result.returncode == 0, result.stdout + result.stderr  # a warning, not an error
+    assert "skald.W009" in result.stderr and "SKALD_FOUR_EYES=1" in result.stderr
 
 
 def test_check_deploy_names_a_missing_production_piece(tmp_path):

@@ -111,7 +111,7 @@ def test_it_creates_a_session_with_the_default_agent_for_the_caller(alice, api):
 @pytest.mark.django_db
 def test_it_refuses_an_unknown_agent(alice, api):
     response = api(alice).post("/api/sessions/", {"agent": "nobody"}, format="json")
-    assert_error(response, 400, "agent_unknown")
+    assert_error(response, 404, "agent_unknown")
     assert not Session.objects.exists()
 
 

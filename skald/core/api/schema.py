@@ -3,7 +3,8 @@
 - Tags group operations by resource, from the route (``/api/sessions/…`` → ``sessions``); a view
   may still name its tags with ``extend_schema(tags=…)``.
 - An operation that takes a JSON body also answers ``400 parse_error`` (the body is not JSON) and
-  ``415 unsupported_media_type`` (the body is not ``application/json``); an operation with path
+  ``415 unsupported_media_type`` (the body is not ``application/json``) and ``400 unknown_field``
+  (a key its closed request schema does not name, :mod:`skald.core.api.strict_input`); an operation with path
   parameters answers ``404 not_found`` when a malformed id matches no route. These are added here
   so no view can forget them.
 - When the request guard is installed (``REQUEST_GUARD`` in ``MIDDLEWARE``), the codes it answers
@@ -15,9 +16,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.validators import RegexValidator
 from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.utils import PolymorphicProxySerializer
+from rest_framework import serializers
 
 from skald.core.api.errors_schema import add_code, error_response
+from skald.core.api.strict_input import NON_BLANK_TEXT
 
 # Route prefix → tag. Longest prefix first; the GDL launch and the human seams act on runs.
 ROUTE_TAGS: tuple[tuple[str, str], ...] = (
@@ -38,7 +43,8 @@ ROUTE_TAGS: tuple[tuple[str, str], ...] = (
 TAGS = frozenset(tag for _, tag in ROUTE_TAGS)
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 # (status, code) every operation that takes a JSON body can answer before its view decides anything.
-BODY_ERRORS: tuple[tuple[int, str], ...] = ((400, "parse_error"), (415, "unsupported_media_type"))
+BODY_ERRORS: tuple[tuple[int, str], ...] = ((400, "parse_error"), (400, "unknown_field"),
+                                            (415, "unsupported_media_type"))
 # (status, code) every operation with path parameters can answer: a malformed id matches no route.
 PATH_ERRORS: tuple[tuple[int, str], ...] = ((404, "not_found"),)
 # The request guard (malformed input → JSON 4xx before any view) and what it answers: on every
@@ -81,6 +87,23 @@ class SkaldAutoSchema(AutoSchema):
             else:
                 add_code(listed, status_code, code)
         return dict(sorted(bodies.items()))
+
+    def _get_request_for_media_type(self, serializer: Any, direction: str = "request") -> tuple[Any, bool]:
+        # A body that is one of several shapes (a PolymorphicProxySerializer: oneOf) is still required:
+        # every shape has required fields, which drf-spectacular only looks for on a plain component.
+        schema, required = super()._get_request_for_media_type(serializer, direction)
+        return schema, required or (schema is not None and isinstance(serializer, PolymorphicProxySerializer))
+
+    def _map_serializer_field(self, field: Any, direction: str, bypass_extensions: bool = False) -> dict[str, Any]:
+        # A request string that DRF trims and refuses when blank must hold a non-space character:
+        # say so, so "   " is not a schema-valid value the server refuses.
+        mapped: dict[str, Any] = super()._map_serializer_field(field, direction, bypass_extensions)
+        if (direction == "request" and isinstance(field, serializers.CharField) and field.trim_whitespace
+                and not field.allow_blank and mapped.get("type") == "string" and "pattern" not in mapped
+                and "enum" not in mapped and "format" not in mapped
+                and not any(isinstance(v, RegexValidator) for v in field.validators)):
+            mapped["pattern"] = NON_BLANK_TEXT
+        return mapped
 
     def _resolve_path_parameters(self, variables: list[str]) -> list[dict[str, Any]]:
         # Ids are 64-bit row keys and the route converter takes digits only: say so, so a client
