@@ -234,9 +234,13 @@ AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
     "skald.identity.oidc.ProviderBackend",  # answers only the provider's callback, and only when configured
 ]
+# Two counters (skald/identity/lockout.py): an account from one address locks at
+# SKALD_SIGNIN_FAILURE_LIMIT, the account from anywhere at SKALD_SIGNIN_ACCOUNT_FAILURE_LIMIT; an
+# address alone is never locked (it would lock everyone behind the same NAT).
 AXES_FAILURE_LIMIT = envint("SKALD_SIGNIN_FAILURE_LIMIT", 20, minimum=1)
-# Each parameter is its own counter: failures per account name and failures per client address.
-AXES_LOCKOUT_PARAMETERS = envlist("SKALD_SIGNIN_LOCK_BY", ["username", "ip_address"])
+SKALD_SIGNIN_ACCOUNT_FAILURE_LIMIT = envint("SKALD_SIGNIN_ACCOUNT_FAILURE_LIMIT", 100, minimum=1)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "username"]
+AXES_HANDLER = "skald.identity.lockout.PairThenAccountHandler"
 AXES_COOLOFF_TIME = None
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "skald.identity.lockout.lockout_response"

@@ -14,6 +14,8 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, URLResolver, path
 
+from skald.admin.login import SkaldAuthenticationForm
+
 
 class SkaldAdminSite(admin.AdminSite):
     site_header = "Skald"
@@ -21,6 +23,7 @@ class SkaldAdminSite(admin.AdminSite):
     index_title = "Home"
     site_url = "/"
     index_template = "admin/skald/index.html"
+    login_form = SkaldAuthenticationForm
 
     def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
         from skald.admin.home import home_panels, live_topics_of

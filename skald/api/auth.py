@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.signals import user_logged_in
 from django.core.exceptions import ObjectDoesNotExist
@@ -26,7 +27,7 @@ from skald.core.api.errors_schema import error_responses
 from skald.core.api.strict_input import refuse_unknown, writable_fields
 from skald.core.errors import SkaldError
 from skald.identity import signins
-from skald.identity.lockout import LOCKED_CODE, LOCKED_MESSAGE
+from skald.identity.lockout import LOCKED_CODE, LOCKED_MESSAGE, WARN_WITHIN
 from skald.identity.revocation import tokens_revoke
 from skald.identity.tokens import VersionedTokenObtainSerializer
 
@@ -43,9 +44,11 @@ class TokenObtain(TokenObtainPairView):
         summary="Obtain an access and a refresh token",
         description="Exchange a username and password for a JWT pair. Send the access token as "
                     "`Authorization: Bearer <access>`; it expires after `SKALD_JWT_ACCESS_MINUTES` (15 by default). "
-                    "A wrong username or password is the same 401; after `SKALD_SIGNIN_FAILURE_LIMIT` (20) failures "
-                    "for an account or from an address every attempt is a 429 `sign_in_locked` (the right password "
-                    "too) until an administrator lifts the lock.",
+                    "A wrong username or password is the same 401 (with `extra.attempts_left` once five or fewer "
+                    "remain); after `SKALD_SIGNIN_FAILURE_LIMIT` (20) failures for an account from one address, or "
+                    "`SKALD_SIGNIN_ACCOUNT_FAILURE_LIMIT` (100) from anywhere, every attempt at that account (from "
+                    "that address) is a 429 `sign_in_locked`, the right password too, until an administrator lifts "
+                    "the lock. Nobody else is locked by someone's failures.",
         request=TokenObtainPairSerializer,
         responses={200: TokenObtainPairSerializer,
                    **error_responses(authenticated=False, _400="invalid", _401="no_active_account",
@@ -58,9 +61,13 @@ class TokenObtain(TokenObtainPairView):
             serializer.is_valid(raise_exception=True)
         except TokenError as exc:
             raise InvalidToken(exc.args[0]) from exc
-        except AuthenticationFailed:
+        except AuthenticationFailed as refused:
             if getattr(request, "axes_locked_out", False):
                 raise SignInLocked(LOCKED_MESSAGE, code=LOCKED_CODE) from None
+            left = settings.AXES_FAILURE_LIMIT - int(getattr(request, "axes_failures_since_start", 0) or 0)
+            if 0 < left <= WARN_WITHIN:  # near a lockout: say how near, the same for any wrong name or password
+                raise SkaldError(str(refused.detail), code="no_active_account", http_status=401,
+                                 attempts_left=left) from None
             raise
         user = serializer.user  # type: ignore[attr-defined]
         # The same signal as an admin sign-in: axes resets the account's counter, the audit row is written.

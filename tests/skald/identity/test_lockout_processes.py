@@ -1,5 +1,6 @@
 """The failure counters are shared by every process (issue 17): failures made in another process
-count towards the same lockout, with no Redis (the counters are database rows)."""
+count towards the same lockout (the account from one address), with no Redis (the counters are
+database rows)."""
 
 from __future__ import annotations
 
@@ -43,9 +44,10 @@ def test_failures_in_two_processes_add_up_to_one_lockout() -> None:
     make_user("erin", "operator")
     for _ in range(10):
         assert APIClient().post("/api/auth/token/", {"username": "erin", "password": "guess"},
-                                format="json").status_code == 401
+                                format="json", REMOTE_ADDR="10.1.1.1").status_code == 401
     other = subprocess.run([sys.executable, "-c", OTHER_PROCESS, "10"], cwd=BASE, env=_env_for_this_database(),
                            capture_output=True, text=True, timeout=120, check=True)
     assert other.stdout.split()[-10:] == ["200"] * 9 + ["429"], other.stderr[-2000:]
-    locked = APIClient().post("/api/auth/token/", {"username": "erin", "password": PASSWORD}, format="json")
+    locked = APIClient().post("/api/auth/token/", {"username": "erin", "password": PASSWORD}, format="json",
+                              REMOTE_ADDR="10.1.1.1")
     assert locked.status_code == 429 and locked.json()["code"] == "sign_in_locked"
