@@ -33,5 +33,6 @@ urlpatterns = [
     path("workflow/", include("skald.workflow.urls")),
 ]
 
+handler403 = "skald.views.permission_denied"
 handler404 = "skald.views.api_not_found"
 handler500 = "skald.views.server_error"

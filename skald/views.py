@@ -58,6 +58,16 @@ def api_not_found(request: HttpRequest, exception: Exception | None = None) -> H
     return page_not_found(request, exception or Exception("not found"))
 
 
+def permission_denied(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """``handler403``: JSON under the API prefixes; the admin's layout, naming the missing role, elsewhere."""
+    if request.path.startswith(("/api/", "/workflow/")):
+        return JsonResponse(error_body("permission_denied", "You do not have permission to perform this action."),
+                            status=403)
+    from skald.admin.denied import admin_permission_denied
+
+    return admin_permission_denied(request, exception)
+
+
 def server_error(request: HttpRequest) -> HttpResponse:
     """``handler500``: Django calls it while the uncaught exception is being handled, from any
     layer (middleware included). A saturated pool or queue answers 503 with Retry-After."""

@@ -32,7 +32,7 @@ from skald.cases.tickets import MAX_TICKET_BYTES, parse_ticket
 from skald.core.admin import ReadOnlyAdmin, admin_may_view
 from skald.core.errors import SkaldError
 from skald.core.ids import new_token
-from skald.core.roles import GOVERNANCE_ROLES, Role, has_role
+from skald.core.roles import GOVERNANCE_ROLES, Role, RoleRequired, has_role
 from skald.crosscheck import replay_verify_run
 from skald.jobs.selectors import tree_spend
 from skald.models import Case, Run, RunStatus
@@ -64,6 +64,8 @@ def case_ticket(case: Case) -> str:
 def launch_view(modeladmin: admin.ModelAdmin, request: HttpRequest, case_id: int) -> HttpResponse:
     """``/admin/skald/case/<id>/launch/``: the ticket form (prefilled from the case), then the run page."""
     case = get_object_or_404(Case, pk=case_id)
+    if not has_role(request.user, Role.WORKFLOW):
+        raise RoleRequired("Launching a run", Role.WORKFLOW)
     if not may_launch(request):
         raise PermissionDenied
     form = LaunchForm(request.POST if request.method == "POST" else None, initial={"ticket": case_ticket(case)})

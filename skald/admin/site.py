@@ -7,14 +7,19 @@ selectors.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
-from django.template.response import TemplateResponse
+from django.template.response import SimpleTemplateResponse, TemplateResponse
 from django.urls import URLPattern, URLResolver, path
 
+from skald.admin import viewer_links
 from skald.admin.login import SkaldAuthenticationForm
+
+viewer_links.install()
 
 
 class SkaldAdminSite(admin.AdminSite):
@@ -24,6 +29,21 @@ class SkaldAdminSite(admin.AdminSite):
     site_url = "/"
     index_template = "admin/skald/index.html"
     login_form = SkaldAuthenticationForm
+
+    def admin_view(self, view: Callable[..., Any], cacheable: bool = False) -> Any:
+        """Every admin view renders inside its viewer's context, so a read-only foreign key links only
+        where the viewer may follow (:mod:`skald.admin.viewer_links`)."""
+        inner = super().admin_view(view, cacheable)
+
+        @wraps(inner)
+        def viewed(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            with viewer_links.viewing(request):
+                response = inner(request, *args, **kwargs)
+                if isinstance(response, SimpleTemplateResponse) and not response.is_rendered:
+                    response.render()
+                return response
+
+        return viewed
 
     def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
         from skald.admin.home import home_panels, live_topics_of

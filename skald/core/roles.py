@@ -5,6 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.exceptions import PermissionDenied
 
 
 class Role(StrEnum):
@@ -13,6 +14,15 @@ class Role(StrEnum):
     REVIEWER = "reviewer"  # disposes proposals
     AUDITOR = "auditor"  # reads and verifies audit
     WORKFLOW = "workflow"  # may call /workflow/... routes
+
+
+class RoleRequired(PermissionDenied):
+    """A refusal that names the roles that would allow it: the admin's 403 page says which is missing."""
+
+    def __init__(self, action: str, *roles: Role) -> None:
+        super().__init__(f"{action} needs the {' or '.join(role.value for role in roles)} role.")
+        self.action = action
+        self.roles = roles
 
 
 # The principal agents act as. It never holds a role, whatever groups an operator gives it.
