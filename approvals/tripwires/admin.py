@@ -96,6 +96,16 @@ class TripwirePatternAdmin(admin.ModelAdmin):
     search_fields = ["name", "regex", "note"]
     change_list_template = "admin/approvals/tripwirepattern/change_list.html"
 
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        """The list is the organisation's own patterns; above it, how many rules run in all (issue 35:
+        "0 tripwire patterns" read as if nothing guarded the providers while 223 rules did)."""
+        patterns, allow = tripwire_rule_set()
+        rules = active_rules(organisation_detector(patterns, allow))
+        organisation = sum(1 for rule in rules if rule.id.startswith("org:"))
+        summary = {"rules_active": len(rules), "rules_builtin": len(rules) - organisation,
+                   "rules_organisation": organisation, "gitleaks_version": GITLEAKS_VERSION}
+        return super().changelist_view(request, {**summary, **(extra_context or {})})
+
     def save_model(self, request: HttpRequest, obj: TripwirePattern, form: Any, change: bool) -> None:
         tripwire_pattern_save(actor=Actor.user(request.user), pattern=obj,
                               changed=form.changed_data if change else ["created"])

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from approvals.models import TripwireAllowEntry, TripwirePattern
+from approvals.tripwires.selectors import active_rules
 from approvals.tripwires.services import tripwire_allow_save, tripwire_pattern_delete, tripwire_pattern_save
 from audit.actors import Actor
 from audit.kinds import AuditKind
@@ -120,3 +121,17 @@ def test_the_admin_allow_list_requires_a_reason(client, root) -> None:
     assert missing.status_code == 200
     assert saved.status_code == 302
     assert payloads(AuditKind.TRIPWIRE_ALLOW_CHANGED)[0]["entry"]["reason"] == "a fixture id"
+
+
+def test_the_pattern_list_says_how_many_rules_are_active_not_only_the_organisations(client, root) -> None:
+    """Issue 35: the list read "0 tripwire patterns" while every built-in rule was running."""
+    client.force_login(root)
+    empty = " ".join(client.get(PATTERNS).content.decode().split())
+    builtin = len(active_rules())
+    assert builtin > 100 and f"{builtin} credential rules are active" in empty and "0 of your organisation" in empty
+
+    tripwire_pattern_save(actor=Actor.user(root), changed=["created"],
+                          pattern=TripwirePattern(name="acme-key", regex=r"ACME-[0-9A-F]{24}", keywords="acme-"))
+    one = " ".join(client.get(PATTERNS).content.decode().split())
+    assert f"{builtin + 1} credential rules are active" in one and f"{builtin} built in" in one
+    assert "1 of your organisation" in one

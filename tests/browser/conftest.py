@@ -69,7 +69,7 @@ def chromium_options(profile: Path, *extra_flags: str) -> webdriver.ChromeOption
     options.binary_location = str(CHROMIUM)
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--no-first-run", "--disable-quic", "--window-size=1280,1000", f"--user-data-dir={profile}",
+                 "--no-first-run", "--disable-quic", "--window-size=1400,900", f"--user-data-dir={profile}",
                  *extra_flags):
         options.add_argument(flag)
     return options

@@ -53,10 +53,10 @@ def admin_client(stack: Stack, username: str) -> httpx.Client:
     return client
 
 
-def crawl(client: httpx.Client, start: str = "/admin/", limit: int = MAX_PAGES
+def crawl(client: httpx.Client, start: str = "/admin/", limit: int = MAX_PAGES, per_kind: int = PER_KIND
           ) -> tuple[dict[str, int], dict[str, str]]:
     """Breadth-first from ``start``: ``{path: status}`` for every page visited and
-    ``{path: the page that linked it}``."""
+    ``{path: the page that linked it}``; ``per_kind`` pages of each kind (:func:`signature`)."""
     seen: dict[str, int] = {}
     parent: dict[str, str] = {start: ""}
     kinds: Counter[tuple[str, tuple[str, ...]]] = Counter()
@@ -81,7 +81,7 @@ def crawl(client: httpx.Client, start: str = "/admin/", limit: int = MAX_PAGES
             kind = signature(parts.path, query)
             if not parts.path.startswith("/admin/") or SKIPPED.search(local) or local in parent:
                 continue
-            if kinds[kind] >= PER_KIND or len(kind[1]) > 1:
+            if kinds[kind] >= per_kind or len(kind[1]) > 1:
                 continue
             kinds[kind] += 1
             parent[local] = path
