@@ -42,13 +42,13 @@ class _Echo:
 class AuditEventAdmin(ReadOnlyAdmin):
     list_filter = ("kind", "actor_type", "subject_type")
     search_fields = ("subject_id",)  # the real matching is search_filter: kinds, user names, partial ids
-    search_help_text = "A kind (“approval resolved”), a user name, a tool or a partial id."
+    search_help_text = ("A kind (“approval resolved”), a user name, a subject (“run #1”), a hash's first "
+                        "six or more characters, a tool or a partial id.")
     date_hierarchy = "time"
     ordering = ("-seq",)
     show_full_result_count = False  # the log grows without bound; skip the second COUNT(*)
     fields = (
-        "seq", "time_seconds", "kind", "actor_type", "actor_id", "subject_type", "subject_id", "payload",
-        "prev_hash", "hash",
+        "seq", "time_seconds", "kind", "actor", "subject_link", "payload_view", "previous_link", "hash",
     )  # fmt: skip
 
     # Other admin pages link here as ?subject_type=…&subject_id=… or ?actor_type=…&actor_id=….
@@ -68,23 +68,44 @@ class AuditEventAdmin(ReadOnlyAdmin):
         return queryset.filter(present.search_filter(term, present.matching_user_ids(term))), False
 
     def get_list_display(self, request: HttpRequest) -> Any:
-        # Built per request: the subject links only where this viewer may open the page.
-        def may_view(label: str) -> bool:
-            app_label, model = label.split(".")
-            return bool(request.user.has_perm(f"{app_label}.view_{model}")) or admin_may_view(
-                request, self.admin_site, apps.get_model(label))
+        self._request = request  # the subject links only where this viewer may open the page
+        return ("seq", "time_seconds", "actor", "summary_line", "subject_link", "short_hash")
 
-        @admin.display(description="subject")
-        def subject(obj: AuditEvent) -> str:
-            url = present.subject_url(obj, may_view)
-            text = present.subject_text(obj)
-            return format_html('<a href="{}">{}</a>', url, text) if url else text
+    def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> Any:
+        self._request = request
+        return self.fields
 
-        return ("seq", "time_seconds", "actor", "summary_line", subject, "short_hash")
+    def _may_view(self, label: str) -> bool:
+        request = getattr(self, "_request", None)
+        if request is None:
+            return False
+        app_label, model = label.split(".")
+        return bool(request.user.has_perm(f"{app_label}.view_{model}")) or admin_may_view(
+            request, self.admin_site, apps.get_model(label))
+
+    @admin.display(description="subject", ordering="subject_type")
+    def subject_link(self, obj: AuditEvent) -> str:
+        url = present.subject_url(obj, self._may_view)
+        text = present.subject_text(obj)
+        return format_html('<a href="{}">{}</a>', url, text) if url else text
+
+    @admin.display(description="payload")
+    def payload_view(self, obj: AuditEvent) -> str:
+        return format_html('<pre class="skald-payload">{}</pre>', present.payload_pretty(obj))
+
+    @admin.display(description="previous hash")
+    def previous_link(self, obj: AuditEvent) -> str:
+        """The row this one chains to (its hash is this row's ``prev_hash``); the genesis has none."""
+        previous = AuditEvent.objects.filter(seq=obj.seq - 1, hash=obj.prev_hash).values_list("pk", "seq").first()
+        if previous is None:
+            return format_html('<code class="skald-hash">{}</code>', obj.prev_hash)
+        url = reverse("admin:audit_auditevent_change", args=[previous[0]])
+        return format_html('<a href="{}"><code class="skald-hash">{}</code></a> (row {})', url, obj.prev_hash,
+                           previous[1])
 
     @admin.display(description="time", ordering="time")
     def time_seconds(self, obj: AuditEvent) -> str:
-        return date_format(localtime(obj.time), "Y-m-d H:i:s T")
+        return date_format(localtime(obj.time), "DATETIME_FORMAT")
 
     @admin.display(description="what happened", ordering="kind")
     def summary_line(self, obj: AuditEvent) -> str:

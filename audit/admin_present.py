@@ -5,6 +5,7 @@ and search by kind, user name and partial id. Presentation only; the rows are ne
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -67,6 +68,14 @@ def subject_url(row: AuditEvent, may_view: Any) -> str:
         return ""
 
 
+def payload_pretty(row: AuditEvent) -> str:
+    """The payload as indented JSON (the stored text is canonical and compact: the hashed bytes)."""
+    try:
+        return json.dumps(json.loads(row.payload), indent=2, ensure_ascii=False, sort_keys=True)
+    except ValueError:
+        return row.payload
+
+
 def kind_words(kind: int) -> str:
     if kind not in AuditKind.values:
         return f"unknown kind {kind}"  # a tampered row must still render
@@ -90,13 +99,23 @@ def summary(row: AuditEvent) -> str:
     return clip_to_line(line, 160)
 
 
+HASH_PREFIX = re.compile(r"[0-9a-f]{6,64}")
+SUBJECT = re.compile(r"([a-z][a-z _]*?)\s*#?\s*(\d+)")
+
+
 def search_filter(term: str, user_ids: Iterable[int]) -> Q:
     """Rows a person means by ``term``: a kind (by words or label), a user (by name), a partial id,
-    or text inside the payload (a tool name, a reason)."""
+    a hash or previous hash by its first six or more hex digits, a subject as a page names it ("run #1",
+    "approval rule 3"), or text inside the payload (a tool name, a reason)."""
     term = term.strip()
     lowered = term.lower()
     kinds = [k for k in AuditKind if lowered in k.label.lower() or lowered in k.name.lower().replace("_", " ")]
     query = Q(subject_id__icontains=term) | Q(actor_id__icontains=term) | Q(payload__icontains=term)
+    if HASH_PREFIX.fullmatch(lowered):
+        query |= Q(hash__startswith=lowered) | Q(prev_hash__startswith=lowered)
+    subject = SUBJECT.fullmatch(lowered)
+    if subject:
+        query |= Q(subject_type=subject.group(1).strip().replace(" ", "_"), subject_id=subject.group(2))
     if kinds:
         query |= Q(kind__in=kinds)
     ids = [str(pk) for pk in user_ids]

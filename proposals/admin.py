@@ -14,7 +14,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.db.models import Model, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -131,9 +131,8 @@ class ProposalAdmin(_ReadOnly, admin.ModelAdmin):
             form = AcceptForm(request.POST) if single else None
             if form is None or form.is_valid():
                 edits = _edits(single, form.cleaned_data) if single and form else {}
-                self._dispose(request, proposals, "accepted", lambda p: services.proposal_accept(
+                return self._dispose(request, proposals, "accepted", lambda p: services.proposal_accept(
                     reviewer=request.user, proposal_id=p.pk, **edits))
-                return None
         else:
             form = AcceptForm(initial={"title": single.title, "body": single.body}) if single else None
         return self._confirm(request, "accept", proposals, form)
@@ -144,9 +143,8 @@ class ProposalAdmin(_ReadOnly, admin.ModelAdmin):
         form = RejectForm(request.POST if "apply" in request.POST else None)
         if form.is_bound and form.is_valid():
             reason = form.cleaned_data["reason"]
-            self._dispose(request, proposals, "rejected", lambda p: services.proposal_reject(
+            return self._dispose(request, proposals, "rejected", lambda p: services.proposal_reject(
                 reviewer=request.user, proposal_id=p.pk, reason=reason))
-            return None
         return self._confirm(request, "reject", proposals, form)
 
     def _confirm(self, request: HttpRequest, verb: str, proposals: list[Proposal],
@@ -166,17 +164,34 @@ class ProposalAdmin(_ReadOnly, admin.ModelAdmin):
         return TemplateResponse(request, "admin/proposals/proposal/dispose.html", context)
 
     def _dispose(self, request: HttpRequest, proposals: list[Proposal], done: str,
-                 dispose: Callable[[Proposal], Proposal]) -> None:
-        count = 0
+                 dispose: Callable[[Proposal], Proposal]) -> HttpResponse | None:
+        """Dispose each; one proposal decided lands on the next one waiting (as approvals do), a
+        batch on the list. Either way a message says what was decided and what is shown now."""
+        disposed = []
         for proposal in proposals:
             try:
-                dispose(proposal)
+                disposed.append(dispose(proposal))
             except SkaldError as exc:
                 self.message_user(request, f"Proposal {proposal.pk}: {exc.message} ({exc.code})", messages.ERROR)
-            else:
-                count += 1
-        if count:
-            self.message_user(request, f"{count} proposal{'s' if count != 1 else ''} {done}.", messages.SUCCESS)
+        if not disposed:
+            return None
+        if len(proposals) > 1:
+            count = len(disposed)
+            self.message_user(request, f"{count} proposal{'s' if count != 1 else ''} {done}. The list below "
+                                       "shows the proposals as they now stand.", messages.SUCCESS)
+            return None
+        [proposal] = disposed
+        outcome = _describe(selectors.proposal_consequence(proposal=proposal))
+        said = f"{done.capitalize()} “{proposal.title}”" + (f": {outcome}" if done == "accepted" else "")
+        following = (Proposal.objects.filter(status=ProposalStatus.PENDING).exclude(pk=proposal.pk)
+                     .order_by("created_at", "id").first())
+        if following is None:
+            self.message_user(request, f"{said}. Nothing else is waiting: the list below shows every proposal.",
+                              messages.SUCCESS)
+            return HttpResponseRedirect(reverse("admin:proposals_proposal_changelist"))
+        self.message_user(request, f"{said}. Now showing the next proposal waiting: “{following.title}”.",
+                          messages.SUCCESS)
+        return HttpResponseRedirect(reverse("admin:proposals_proposal_change", args=[following.pk]))
 
 
 def _edits(proposal: Proposal, cleaned: dict[str, str]) -> dict[str, str]:

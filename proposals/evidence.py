@@ -40,10 +40,15 @@ def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def answer_title(ticket: str) -> str:
-    """``Answer to: <first non-blank ticket line, ≤ 120 chars>``."""
-    first = next((line.strip() for line in ticket.splitlines() if line.strip()), "")
-    return f"Answer to: {excerpt(first, ANSWER_TITLE_TICKET_CHARS) or 'untitled ticket'}"
+def answer_title(case_title: str, answer: str, ticket: str) -> str:
+    """``<case>: <the answer's first line>`` (the finding, ≤ 120 chars), so two runs' proposals read
+    apart; an empty answer falls back to the ticket's first line."""
+    finding = _first_line(answer).lstrip("#*-> ").strip() or f"answer to {_first_line(ticket) or 'an untitled ticket'}"
+    return excerpt(f"{case_title}: {excerpt(finding, ANSWER_TITLE_TICKET_CHARS)}", TITLE_MAX)
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
 def knowledge_slug(title: str, *, fallback: str) -> str:

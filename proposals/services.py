@@ -103,11 +103,12 @@ def _drafts(run: Run, captured: set[str]) -> list[_Draft]:
     answer = evidence.final_answer(answered)
     if answer is None:
         return []
+    body = str(answer.payload.get("content", "")).strip()
     return [
         _Draft(
             source_key=f"answer:{last.pk}",
-            title=evidence.answer_title(run.ticket),
-            body=str(answer.payload.get("content", "")).strip(),
+            title=evidence.answer_title(run.case.title, body, run.ticket),
+            body=body,
             evidence=evidence.snapshot(
                 case=_case_of(run), ticket=run.ticket, run=_run_of(run), session_id=run.session_id,
                 exchange=last.number, source={"kind": "final_answer", "exchange_id": last.pk},

@@ -15,6 +15,7 @@ import ctypes
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -46,12 +47,38 @@ def _die_with_parent() -> None:
         pass
 
 
-def _prepare() -> int:
-    """`check`, `migrate` and `seed_demo` in one child process (one Django start-up, not three).
+def _prepare() -> tuple[int, str]:
+    """`check`, `migrate` and `seed_demo` in one child process (one Django start-up, not three):
+    its status and what it printed (the logins), which the launcher prints last, with the URLs.
 
     A partial provider profile (skald.E001) refuses to boot here, before anything is migrated.
     """
-    return subprocess.run([sys.executable, "-m", "skald.launcher", "--prepare"], cwd=BASE_DIR).returncode
+    done = subprocess.run([sys.executable, "-m", "skald.launcher", "--prepare"], cwd=BASE_DIR,
+                          stdout=subprocess.PIPE, text=True)
+    return done.returncode, done.stdout
+
+
+def _port_taken(host: str, port: int) -> OSError | None:
+    """Why ``host:port`` cannot be bound now (another program listens there), or None."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as daphne binds
+            probe.bind((host, port))
+    except OSError as refused:
+        return refused
+    return None
+
+
+def _banner(base: str, logins: str) -> str:
+    """What `make run` prints once its own server answers: the first steps, then logins and URLs last."""
+    return (f"\nSkald is running. Press Ctrl-C to stop.\n"
+            "A first governed run: sign in as operator and press **Launch a run** on the home page; "
+            "then as approver, open the pending approval and approve it; then as reviewer, accept the "
+            "run's proposal.\n\n"
+            f"{logins.strip()}\n"
+            f"URLs:\n  home:     {base}/admin/\n  console:  {base}/console/\n"
+            f"  API docs: {base}/api/docs/\n  ready:    {base}/readyz\n")
 
 
 def _prepare_in_process() -> int:
@@ -175,7 +202,7 @@ def _wait_until_serving(
     while time.monotonic() < deadline and daphne.poll() is None and not stopping():
         try:
             with urllib.request.urlopen(url, timeout=1) as response:  # noqa: S310 - our own loopback URL
-                return response.status == 200
+                return response.status == 200 and daphne.poll() is None  # ours, not a stranger on the port
         except OSError:
             time.sleep(0.2)
     return False
@@ -219,9 +246,19 @@ def main() -> int:
     os.environ.setdefault("SKALD_CHAIN_HEAD_FILE", str(var_dir_path(BASE_DIR) / "chain_head.json"))
     host = os.environ.get("HOST", "127.0.0.1")
     port = os.environ.get("PORT", "8000")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        print(f"PORT={port!r} is not a port number; choose one, e.g. `make run PORT=8001`.", file=sys.stderr)
+        return 2
+    busy = _port_taken(host, int(port))
+    if busy is not None:
+        print(f"Cannot listen on {host}:{port}: {busy.strerror or busy}. Another program (perhaps another "
+              f"`make run`) holds it; stop it, or choose another port: `make run PORT=8001` "
+              "(and HOST=... for another address).", file=sys.stderr)
+        return 2
     var_dir_prepare(var_dir_path(BASE_DIR))  # before any child reads settings: one secret key for all
-    prepared = _prepare()
+    prepared, logins = _prepare()
     if prepared != 0:
+        print(logins, end="")
         print(f"Preparing the database failed (exit code {prepared}); not starting.", file=sys.stderr)
         return prepared
 
@@ -244,11 +281,10 @@ def main() -> int:
         display_host = f"[{host}]" if ":" in host else host
         base = f"http://{display_host}:{port}"
         if _wait_until_serving(f"{base}/healthz", daphne, lambda: stopping):
-            print(f"\nSkald is running.\n  admin:    {base}/admin/\n  API docs: {base}/api/docs/\n"
-                  f"  console:  {base}/console/\n  ready:    {base}/readyz\n"
-                  "A first governed run: log in to the admin as operator, Cases → tick the demo case → "
-                  "action \"Launch GDL run\"; then as approver, Pending approvals → approve the diff; then as "
-                  "reviewer, Proposals → accept.\nPress Ctrl-C to stop.\n", flush=True)
+            print(_banner(base, logins), flush=True)
+        elif not stopping:
+            print(f"Skald's server did not start on {base} (see its output above); stopping.", file=sys.stderr)
+            stopping = crashed = True
         # The watchdog: a cluster whose workers wedged (readiness says so) is replaced, at most once
         # per stall bound, so the new one has that long to start a task (skald/workers.py).
         watch_after = time.monotonic() + _stall_seconds()

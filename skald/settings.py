@@ -323,7 +323,8 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
                              "skald.core.api.strict_input.closed_request_bodies",
                              "skald.core.api.strict_input.nul_free_strings",
-                             "skald.core.api.strict_input.json_query_parameters"],
+                             "skald.core.api.strict_input.json_query_parameters",
+                             "skald.core.api.schema.jwt_first"],
     "SWAGGER_UI_DIST": "SIDECAR",
     # No call to the public validator service: the docs page loads nothing from outside the project.
     "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None, "persistAuthorization": True},
@@ -357,6 +358,7 @@ SPECTACULAR_SETTINGS = {
 # --- i18n, static -----------------------------------------------------------------------------
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
+FORMAT_MODULE_PATH = ["skald.formats"]  # one date format everywhere: 24-hour, UTC, seconds
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "/static/"

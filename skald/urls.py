@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.urls import URLPattern, URLResolver, include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from skald import views
+from skald import api_docs, views
 from skald.api.auth import SignOut, TokenObtain, TokenRefresh
 from skald.console import console
 
@@ -16,13 +16,15 @@ api_patterns: list[URLPattern | URLResolver] = [
     path("auth/sign-out/", SignOut.as_view(), name="sign_out"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
-    path("redoc/", SpectacularRedocView.as_view(url_name="schema", template_name="skald/redoc.html"), name="redoc"),
+    path("redoc/", api_docs.OfflineRedocView.as_view(url_name="schema", template_name="skald/redoc.html"),
+         name="redoc"),
     path("", include("skald.api.urls")),
 ]
 
 urlpatterns = [
     path("", views.landing, name="landing"),
     path("favicon.ico", views.favicon, name="favicon"),
+    path("assets/redoc.standalone.js", api_docs.redoc_bundle, name="redoc_bundle"),
     path("admin/", admin.site.urls),
     path("oidc/", include("mozilla_django_oidc.urls")),  # single sign-on (skald.identity.oidc)
     path("console/", console, name="console"),

@@ -80,3 +80,4 @@ def server_error(request: HttpRequest) -> HttpResponse:
     from django.views.defaults import server_error as default_server_error
 
     return default_server_error(request)
+

@@ -22,12 +22,13 @@ from django.utils.html import format_html
 from django.utils.timesince import timesince
 
 from approvals.models import ApprovalStatus, PendingApproval
-from approvals.pending.decide import decision_context, diff_html, next_pending, rule_sentence
+from approvals.pending.decide import decision_context, diff_html, key_argument, next_pending, rule_sentence
 from approvals.pending.services import pending_approval_resolve
-from skald.core.admin import ReadOnlyAdmin
+from skald.core.admin import ReadOnlyAdmin, admin_may_view
 from skald.core.clock import now
 from skald.core.errors import SkaldError
 from skald.core.text import clip_to_line
+from skald.models import Run
 
 RESOLVED = [ApprovalStatus.APPROVED, ApprovalStatus.REJECTED, ApprovalStatus.EXPIRED, ApprovalStatus.CANCELLED]
 
@@ -69,11 +70,13 @@ class ResolveForm(forms.Form):
 
 @admin.register(PendingApproval)
 class PendingApprovalAdmin(ReadOnlyAdmin):  # parked calls change only through the services
-    list_display = ["tool", "case_title", "batch_link", "requester", "status_pill", "waiting", "rule_label", "resolver",
-                    "reason_short"]
+    list_display = ["tool", "key_argument_text", "case_title", "run_link", "batch_link", "requester", "status_pill",
+                    "waiting", "rule_label", "resolver", "reason_short"]
+    RESOLVED_ONLY = ("resolver", "reason_short")
     list_display_links = ["tool"]
     list_filter = [StateFilter, "tool"]
     list_select_related = ["requested_by", "resolved_by", "session__run__case"]
+    list_per_page = 50
     search_fields = ["=request_id", "tool", "batch", "requested_by__username"]
     # Oldest first: a queue is worked from its head.
     ordering = ["created_at", "tool_call_id"]
@@ -83,7 +86,32 @@ class PendingApprovalAdmin(ReadOnlyAdmin):  # parked calls change only through t
     def has_resolve_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("approvals.resolve_approval")
 
+    def get_list_display(self, request: HttpRequest) -> Any:
+        """The pending inbox drops the columns only a resolved call fills (who resolved, why)."""
+        columns = list(super().get_list_display(request))
+        if request.GET.get(StateFilter.parameter_name, "pending") == "pending":
+            columns = [column for column in columns if column not in self.RESOLVED_ONLY]
+        return columns
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        self._runs_open = admin_may_view(request, self.admin_site, Run)
+        return super().changelist_view(request, extra_context)
+
     # -- columns
+
+    @admin.display(description="what it touches")
+    def key_argument_text(self, obj: PendingApproval) -> str:
+        text = key_argument(obj.args)
+        return format_html('<code class="skald-key-arg">{}</code>', text) if text else "—"
+
+    @admin.display(description="run")
+    def run_link(self, obj: PendingApproval) -> str:
+        run = getattr(obj.session, "run", None)
+        if run is None:
+            return "—"
+        if not getattr(self, "_runs_open", False):
+            return f"run #{run.pk}"
+        return format_html('<a href="{}">run #{}</a>', reverse("admin:skald_run_change", args=[run.pk]), run.pk)
 
     @admin.display(description="case")
     def case_title(self, obj: PendingApproval) -> str:
@@ -160,13 +188,26 @@ class PendingApprovalAdmin(ReadOnlyAdmin):  # parked calls change only through t
             for error in form.errors.get("reason", []):
                 self.message_user(request, f"{approval.tool}: {error}", messages.ERROR)
             return HttpResponseRedirect(reverse("admin:approvals_pendingapproval_change", args=[approval.pk]))
-        if not self._resolve(request, [approval], decision=decision, reason=form.cleaned_data["reason"]):
+        if not self._resolve(request, [approval], decision=decision, reason=form.cleaned_data["reason"],
+                             announce=False):
             return HttpResponseRedirect(reverse("admin:approvals_pendingapproval_change", args=[approval.pk]))
         following = next_pending(after=approval)
+        decided = f"{'Approved' if decision == 'approve' else 'Rejected'} {self._call_words(approval)}"
         if following is None:
-            self.message_user(request, "The queue is empty: nothing else is waiting.", messages.INFO)
+            self.message_user(request, f"{decided}. Nothing else is waiting: the queue below is empty.",
+                              messages.SUCCESS)
             return HttpResponseRedirect(reverse("admin:approvals_pendingapproval_changelist"))
+        self.message_user(request, f"{decided}. Now showing the next call waiting: "
+                                   f"{self._call_words(following)}.", messages.SUCCESS)
         return HttpResponseRedirect(reverse("admin:approvals_pendingapproval_change", args=[following.pk]))
+
+    @staticmethod
+    def _call_words(approval: PendingApproval) -> str:
+        """``write_file (notes/plan.md) for "Disk full on web-1"``: the call as a person names it."""
+        key = key_argument(approval.args)
+        run = getattr(approval.session, "run", None)
+        where = f' for "{run.case.title}"' if run is not None else f" in console session #{approval.session_id}"
+        return f"{approval.tool}{f' ({key})' if key else ''}{where}"
 
     # -- actions: an intermediate page asks for the reason, then each approval goes to the service
 
@@ -203,7 +244,8 @@ class PendingApprovalAdmin(ReadOnlyAdmin):  # parked calls change only through t
         }
         return TemplateResponse(request, "admin/approvals/pendingapproval/resolve_confirmation.html", context)
 
-    def _resolve(self, request: HttpRequest, approvals: list[PendingApproval], *, decision: str, reason: str) -> int:
+    def _resolve(self, request: HttpRequest, approvals: list[PendingApproval], *, decision: str, reason: str,
+                 announce: bool = True) -> int:
         resolver = cast(AbstractBaseUser, request.user)  # admin_view: an authenticated staff user
         done = 0
         for approval in approvals:
@@ -217,9 +259,10 @@ class PendingApprovalAdmin(ReadOnlyAdmin):  # parked calls change only through t
                 )
             else:
                 done += 1
-        if done:
+        if done and announce:
             verb = "Approved" if decision == "approve" else "Rejected"
-            self.message_user(request, f"{verb} {done} call(s); their runs continue.", messages.SUCCESS)
+            self.message_user(request, f"{verb} {done} call{'s' if done != 1 else ''}; their runs continue. "
+                                       "The list below shows the calls still waiting.", messages.SUCCESS)
         return done
 
 

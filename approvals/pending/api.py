@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 
 from approvals.models import ApprovalStatus, PendingApproval
 from approvals.pending import selectors as selectors_pending
-from approvals.pending.services import pending_approval_resolve
+from approvals.pending.services import REASON_PATTERN, pending_approval_resolve
 from skald.core.api.errors_schema import error_responses
 from skald.core.api.permissions import caller, roles
 from skald.core.api.schema import MAX_ID
@@ -74,7 +74,8 @@ class ApproveInput(StrictInput):
 
 class RejectInput(StrictInput):
     decision = serializers.ChoiceField(choices=["reject"])
-    reason = serializers.CharField(max_length=2000, help_text="Why: the requester reads it (required).")
+    reason = serializers.RegexField(REASON_PATTERN, max_length=2000,
+                                    help_text="Why: the requester reads it (required, not only spaces).")
 
 
 # What the document says a resolve takes: an approval (a reason optional) or a rejection with a

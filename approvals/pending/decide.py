@@ -21,6 +21,11 @@ from approvals.rules.policy import decide
 from skald.core.admin import admin_may_view
 from skald.models import Case, Run
 
+# The argument that says what a call touches, in the order looked for: a file's path, a command's
+# argv, an MCP server, an address, a question or a task for a sub-agent.
+KEY_ARGUMENTS = ("path", "argv", "command", "server", "url", "query", "question", "agent", "task")
+KEY_ARGUMENT_CHARS = 80
+
 RESULT_WORDS = {"match": "matches", "no_match": "does not match", "skipped": "skipped (disabled)"}
 
 
@@ -100,6 +105,18 @@ def decision_context(request: HttpRequest, site: admin.AdminSite, approval: Pend
         "arguments": json.dumps(approval.args, indent=2, sort_keys=True, ensure_ascii=False),
         "batch_members": members if len(members) > 1 else [],
     }
+
+
+def key_argument(args: Mapping[str, Any] | None) -> str:
+    """The one argument a person needs to tell calls apart in a queue, clipped to one short line."""
+    for name in KEY_ARGUMENTS:
+        value = (args or {}).get(name)
+        if value in (None, "", []):
+            continue
+        text = " ".join(str(part) for part in value) if isinstance(value, list) else str(value)
+        text = " ".join(text.split())
+        return text if len(text) <= KEY_ARGUMENT_CHARS else text[:KEY_ARGUMENT_CHARS - 1] + "…"
+    return ""
 
 
 def next_pending(*, after: PendingApproval) -> PendingApproval | None:

@@ -3,6 +3,7 @@ transaction."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -22,6 +23,13 @@ from skald.core.roles import Role, has_role
 from skald.loop_adapters.work import work_on_commit
 
 Decision = Literal["approve", "reject"]
+
+# A rejection's reason holds at least one character that is neither a control character nor
+# whitespace. The same pattern is the API document's, and it reads the same in Python's and in
+# ECMAScript's regex engines (their whitespace sets differ only inside the excluded ranges and at
+# U+FEFF, excluded here by name), so a client that validates against the document agrees with us.
+REASON_PATTERN = "[^\\s\\x00-\\x1f\\x7f-\\x9f\\ufeff]"
+_REASON = re.compile(REASON_PATTERN)
 
 
 def _approval_for_update(*, request_id: Any = None, tool_call_id: int | None = None,
@@ -53,7 +61,7 @@ def pending_approval_resolve(
     if decision not in ("approve", "reject"):
         raise SkaldError("decision must be 'approve' or 'reject'", code="invalid", http_status=400,
                          fields={"decision": ["must be approve or reject"]})
-    if decision == "reject" and not reason.strip():
+    if decision == "reject" and not _REASON.search(reason):
         # The requester reads why; the admin's form, the API and the console's card all come here.
         raise SkaldError("A reason is required to reject.", code="reason_required", http_status=400,
                          fields={"reason": ["required to reject"]})

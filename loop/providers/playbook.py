@@ -2,7 +2,8 @@
 
 It follows an agent's playbook (data, editable in the admin): one step per provider turn after the
 latest user message. A step is ``{"tool": name, "args": {...}}`` or ``{"answer": text}``. Strings
-may hold ``{input}`` (the latest user message), ``{last_result}`` and ``{results}`` (tool results
+may hold ``{input}`` (the latest user message; ``{input_line}``, its first non-blank line),
+``{last_result}`` and ``{results}`` (tool results
 since that message). It drives real tools, so the demo shows real turns, calls and approvals.
 
 A step marked ``"on": "task_completed"`` is not part of the sequence: it answers an exchange that
@@ -121,6 +122,7 @@ class PlaybookProvider:
         user_text = request.messages[last_user].content if last_user >= 0 else _intent(request.messages)
         variables = {
             "input": user_text,
+            "input_line": next((line.strip() for line in user_text.splitlines() if line.strip()), ""),
             "last_result": results[-1] if results else "",
             "results": "\n\n".join(results),
         }

@@ -205,12 +205,25 @@ def timeline_lines(events: Iterable[SessionEvent], *, agent: str, user: str,
 
 
 def receipt_rows(receipt: Mapping[str, Any] | None) -> list[tuple[str, str]]:
-    """A receipt as (label, value) rows: scalars as they are, nested values as compact JSON."""
-    if not receipt:
-        return []
-    rows = []
-    for key, value in receipt.items():
-        shown = value if isinstance(value, str | int | float | bool) or value is None else \
-            json.dumps(value, ensure_ascii=False, sort_keys=True)
-        rows.append((key.replace("_", " "), str(shown)))
+    """A receipt as (label, value) rows a person reads: nested mappings become rows of their own
+    ("detail · answer"), lists of scalars a comma-separated line, anything else compact JSON."""
+    rows: list[tuple[str, str]] = []
+    _receipt_rows_into(rows, receipt or {}, prefix="")
     return rows
+
+
+def _receipt_rows_into(rows: list[tuple[str, str]], mapping: Mapping[str, Any], *, prefix: str) -> None:
+    for key, value in mapping.items():
+        label = f"{prefix}{str(key).replace('_', ' ')}"
+        if isinstance(value, Mapping) and value:
+            _receipt_rows_into(rows, value, prefix=f"{label} · ")
+        elif isinstance(value, list | tuple) and all(_scalar(item) for item in value):
+            rows.append((label, ", ".join(str(item) for item in value) or "none"))
+        elif _scalar(value):
+            rows.append((label, "none" if value is None else str(value)))
+        else:
+            rows.append((label, json.dumps(value, ensure_ascii=False, sort_keys=True)))
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)

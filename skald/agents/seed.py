@@ -46,7 +46,7 @@ TROUBLESHOOTER_PLAYBOOK = [
     {
         "tool": "propose_knowledge",
         "args": {
-            "title": "Troubleshooting finding",
+            "title": "Finding: {input_line}",  # distinct per ticket, not one title for every run
             "body": "Ticket: {input}\n\nWhat the investigation found:\n{results}",
             "evidence": "reports/findings.md and the case logs",
         },

@@ -29,10 +29,21 @@ def test_deciding_lands_on_the_next_pending_item_then_on_the_empty_queue(client,
     assert "require &#x27;write_file&#x27; @100 (global)" in page and 'class="chosen"' in page
     assert 'class="skald-decide"' in page and '<span class="diff-add">+pool exhausted</span>' in page
 
+    queue = client.get(PENDING)
+    columns = [column["text"] for column in queue.context["result_headers"]]
+    assert "what it touches" in columns and "run" in columns
+    assert "resolved by" not in columns and "reason" not in columns  # the inbox: nothing is resolved yet
+    assert '<code class="skald-key-arg">reports/findings.md</code>' in queue.content.decode()
+    assert "resolved by" in [c["text"] for c in client.get(PENDING, {"state": "all"}).context["result_headers"]]
+
     moved = client.post(f"{PENDING}{first.pk}/resolve/", {"_approve": "Approve", "reason": "ok"})
     assert moved.status_code == 302 and moved["Location"] == f"{PENDING}{other.pk}/change/"
+    [said] = page_messages(moved)
+    assert said.startswith("Approved write_file (reports/findings.md) in console session #")
+    assert said.endswith("Now showing the next call waiting: write_file (reports/two.md) in console session "
+                         f"#{other.session_id}.")
     done = client.post(f"{PENDING}{other.pk}/resolve/", {"_reject": "Reject", "reason": "not two"})
-    assert done["Location"] == PENDING and any("queue is empty" in m for m in page_messages(done))
+    assert done["Location"] == PENDING and any("Nothing else is waiting" in m for m in page_messages(done))
     assert list(PendingApproval.objects.values_list("status", flat=True).order_by("pk")) == [
         ApprovalStatus.APPROVED, ApprovalStatus.REJECTED]
     queue = client.get(PENDING)

@@ -138,6 +138,35 @@ def test_it_shows_names_a_summary_and_finds_rows_by_user_name_kind_words_and_par
     assert found("write_file") == {"carol"}
 
 
+def test_it_finds_rows_by_a_hash_prefix_and_by_a_subject_as_pages_name_it(client, dave, carol):
+    _appended(carol, AuditKind.APPROVAL_RESOLVED, "run", "1", {"decision": "approve"})
+    _appended(carol, AuditKind.APPROVAL_RESOLVED, "run", "12", {"decision": "approve"})
+    _appended(dave, AuditKind.CHAIN_HEAD_RECORDED, "approval_rule", "1", {"seq": 1})
+    first, second, third = AuditEvent.objects.order_by("seq")
+    client.force_login(dave)
+
+    def found(term: str) -> list[int]:
+        return sorted(row.seq for row in client.get(CHANGELIST, {"q": term}).context["cl"].result_list)
+
+    assert found("run #1") == [first.seq] and found("Run 12") == [second.seq]
+    assert found("approval rule #1") == [third.seq]
+    assert found(second.hash[:8]) == [second.seq, third.seq]  # its own hash, and the next row's previous
+    assert found(third.hash[:10]) == [third.seq]
+
+
+def test_the_detail_page_links_subject_and_previous_row_names_the_actor_and_pretty_prints(client, root, carol):
+    _appended(carol, AuditKind.APPROVAL_RESOLVED, "run", "1", {"decision": "approve"})
+    _appended(carol, AuditKind.APPROVAL_RESOLVED, "approval_rule", "7", {"tool": "write_file", "decision": "reject"})
+    first, second = AuditEvent.objects.order_by("seq")
+    client.force_login(root)
+    page = client.get(f"{CHANGELIST}{second.pk}/change/").content.decode()
+    assert '<a href="/admin/approvals/approvalrule/7/change/">approval rule #7</a>' in page
+    assert f'<a href="{CHANGELIST}{first.pk}/change/"><code class="skald-hash">{first.hash}</code></a>' in page
+    assert '<div class="readonly">carol</div>' in page
+    assert '<pre class="skald-payload">{\n  &quot;decision&quot;: &quot;reject&quot;,\n' in page
+    assert second.time.strftime("%Y-%m-%d %H:%M:%S UTC") in page  # the one date format
+
+
 def test_it_exports_the_filtered_rows_as_csv_and_jsonl(client, dave, carol):
     import csv
     import io

@@ -25,8 +25,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.xdist_group("gov
 
 RUN_TIMEOUT = 30.0
 FIRST_TICKET = "Checkout returns 502 since the 09:10 deploy; customers cannot pay."
-SECOND_TICKET = "Troubleshooting finding checkout: 502 again after today's deploy?"
-PROPOSAL_TITLE = "Troubleshooting finding"
+SECOND_TICKET = "Checkout returns 502 again after today's deploy?"
+PROPOSAL_TITLE = f"Finding: {FIRST_TICKET}"  # the demo playbook's title names the ticket it answered
 
 
 def launch_run(admin: Admin, ticket: str, first_shot: str) -> int:
@@ -119,7 +119,7 @@ def test_it_follows_a_governed_run_from_launch_to_reused_knowledge(admin: Admin,
     admin.wait_text("#content h1", "Accept 1 proposal")
     admin.screenshot("accept-confirmation")
     admin.click("input[name=apply]")
-    admin.wait_text(".messagelist", "1 proposal accepted.", what="the acceptance confirmation")
+    admin.wait_text(".messagelist", "Accepted “Finding: ", what="the acceptance confirmation")
     admin.click_link("Knowledge entries")
     admin.wait_text("#result_list", PROPOSAL_TITLE)
     admin.screenshot("knowledge-entries")

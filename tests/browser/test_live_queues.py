@@ -107,12 +107,12 @@ def test_the_reviewers_home_and_queue_show_proposals_a_worker_captures(admin: Ad
     mark_page(admin, "#skald-home", kept="#panel-proposals a")
     approve_oldest(stack)  # the worker runs the write, the run completes, its proposal is captured
     admin.wait_text("#panel-proposals", "1 pending", what="the captured proposal on the home", timeout=WORKER_WAIT)
-    assert "Troubleshooting finding" in admin.text("#panel-proposals")
+    assert "Finding: " in admin.text("#panel-proposals")
     assert_same_page(admin, "#skald-home")
     admin.screenshot("live-reviewer-home")
 
     admin.open("/admin/proposals/proposal/?status__exact=pending")
-    admin.wait_text("#result_list", "Troubleshooting finding")
+    admin.wait_text("#result_list", "Finding: ")
     assert len(rows(admin)) == 1
     mark_page(admin, "[data-live-page]", kept="#result_list tbody tr")
     approve_oldest(stack)

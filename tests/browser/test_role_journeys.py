@@ -98,7 +98,7 @@ def test_the_approver_decides_with_context_and_lands_on_the_next_item(admin: Adm
     admin.screenshot("approver-next-item")
     admin.fill("#resolve-form #id_reason", "Same report, second run.")
     admin.click("#resolve-form input[name=_approve]")
-    admin.wait_text(".messagelist", "The queue is empty")
+    admin.wait_text(".messagelist", "Nothing else is waiting")
     assert not admin.driver.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")  # resolved items left the list
     admin.screenshot("approver-queue-empty")
     admin.logout()
@@ -108,7 +108,7 @@ def test_the_reviewer_accepts_the_runs_proposal(admin: Admin, stack: Stack) -> N
     admin.login("reviewer")
     # The approved calls run on a worker, the run completes and its proposal is captured; the home
     # refreshes itself. A loaded machine may take a while: wait as long as the worker needs.
-    admin.wait_text("#panel-proposals", "Troubleshooting finding", timeout=WORKER_WAIT)
+    admin.wait_text("#panel-proposals", "Finding: ", timeout=WORKER_WAIT)
     admin.screenshot("reviewer-home")
     admin.click("#panel-proposals tbody a")
     admin.wait_text(".field-status", "pending")
@@ -116,7 +116,7 @@ def test_the_reviewer_accepts_the_runs_proposal(admin: Admin, stack: Stack) -> N
     admin.click("//ul[contains(@class,'object-tools')]//button[text()='Accept…']")
     admin.wait_text("#content h1", "Accept 1 proposal")
     admin.click("input[name=apply]")
-    admin.wait_text(".messagelist", "1 proposal accepted.")
+    admin.wait_text(".messagelist", "Nothing else is waiting")
     admin.screenshot("reviewer-accepted")
     admin.logout()
 

@@ -48,8 +48,13 @@ def test_it_prints_the_logins_and_serves_the_admin_to_the_printed_admin(stack: S
         return log if "Skald is running." in log else None
 
     log = wait_for(banner, timeout=5, what="the launcher's banner")
-    assert f"admin      {PASSWORD}" in log
-    assert f"admin:    {stack.base_url}/admin/" in log
+    printed = log[log.index("Skald is running."):]
+    assert "**Launch a run**" in printed  # the first step names the home page's button
+    # The logins, then the URLs, are the banner's last lines (issue 35): what a person copies.
+    tail = printed.split("\n\n")[1]
+    assert tail.startswith("Logins (password ") and f"admin      {PASSWORD}" in tail
+    assert tail.rstrip().endswith(f"ready:    {stack.base_url}/readyz")
+    assert f"home:     {stack.base_url}/admin/" in tail
     with admin_login(stack) as client:
         index = client.get("/admin/")
         assert index.status_code == 200

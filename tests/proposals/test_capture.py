@@ -105,7 +105,7 @@ def test_a_run_that_proposed_nothing_proposes_its_final_answer(launch, drive):
     run = launch(logs=(POOL_LOG,), ticket="  \nCheckout returns 502 since the deploy\nthree customers")
     drive(run, tool_turn(("read_logs", {})), text_turn("The DB pool is exhausted: raise it to 40."))
     [proposal] = capture(run)
-    assert proposal.title == "Answer to: Checkout returns 502 since the deploy"
+    assert proposal.title == f"{run.case.title}: The DB pool is exhausted: raise it to 40."
     assert proposal.body == "The DB pool is exhausted: raise it to 40."
     assert proposal.source_key.startswith("answer:")
     assert proposal.evidence["source"]["kind"] == "final_answer"
@@ -114,11 +114,11 @@ def test_a_run_that_proposed_nothing_proposes_its_final_answer(launch, drive):
     assert capture_proposals_on_resolve(run=run) == []
 
 
-def test_the_answer_title_keeps_at_most_120_characters_of_the_ticket(launch, drive):
-    run = launch(ticket="x" * 300)
-    drive(run, text_turn("answer"))
+def test_the_answer_title_names_the_case_and_at_most_120_characters_of_the_finding(launch, drive):
+    run = launch(ticket="the ticket")
+    drive(run, text_turn("## " + "x" * 300 + "\nmore"))
     [proposal] = capture(run)
-    assert proposal.title == "Answer to: " + "x" * 119 + "…"
+    assert proposal.title == f"{run.case.title}: " + "x" * 119 + "…"
 
 
 def test_a_failed_propose_call_is_no_candidate_so_the_answer_is_captured(launch, drive):

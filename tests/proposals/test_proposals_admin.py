@@ -107,6 +107,20 @@ def test_several_proposals_are_accepted_at_once_without_edits(client, bob, pendi
     assert AuditEvent.objects.filter(kind=AuditKind.PROPOSAL_ACCEPTED).count() == 2
 
 
+def test_deciding_one_proposal_lands_on_the_next_waiting_then_on_the_list(client, bob, pending):
+    first, second = pending(title="Pool sizing"), pending(title="Pool alerts")
+    client.force_login(bob)
+    moved = act(client, "accept_selected", first, apply="1", title=first.title, body=first.body)
+    assert moved.status_code == 302 and moved["Location"] == f"{CHANGELIST}{second.pk}/change/"
+    [said] = [str(m) for m in moved.wsgi_request._messages]
+    assert said == ("Accepted “Pool sizing”: accepted as “pool-sizing” v1. "
+                    "Now showing the next proposal waiting: “Pool alerts”.")
+    done = act(client, "reject_selected", second, apply="1", reason="Alerts exist already.")
+    assert done["Location"] == CHANGELIST
+    said = [str(m) for m in done.wsgi_request._messages][-1]  # the first is still unread (no page shown)
+    assert said == "Rejected “Pool alerts”. Nothing else is waiting: the list below shows every proposal."
+
+
 def test_the_page_buttons_open_the_intermediate_page(client, bob, pending):
     proposal = pending()
     client.force_login(bob)

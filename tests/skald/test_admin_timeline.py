@@ -47,8 +47,10 @@ def test_a_failed_tool_reads_as_an_error_and_the_receipt_is_a_table() -> None:
     [line] = timeline_lines([event(1, "tool_result", {"name": "write_file", "content": "denied", "is_error": True})],
                             agent="a", user="u")
     assert (line.outcome, line.outcome_css) == ("error", "outcome-error")
-    assert receipt_rows({"turns": 3, "outcome": "completed", "calls": [1, 2]}) == [
-        ("turns", "3"), ("outcome", "completed"), ("calls", "[1, 2]")]
+    assert receipt_rows({"turns": 3, "outcome": "completed", "calls": [1, 2], "first_seq": None,
+                         "detail": {"answer": "disk full", "files": [{"path": "/var/log"}]}}) == [
+        ("turns", "3"), ("outcome", "completed"), ("calls", "1, 2"), ("first seq", "none"),
+        ("detail · answer", "disk full"), ("detail · files", '[{"path": "/var/log"}]')]
 
 
 def test_a_compaction_its_probe_and_a_quota_stop_are_lines_an_operator_reads() -> None:

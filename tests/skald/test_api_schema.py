@@ -101,3 +101,13 @@ def test_the_request_guards_codes_are_documented_where_it_is_installed(settings)
     settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE if m != REQUEST_GUARD]
     plain = SchemaGenerator().get_schema(request=None, public=True)
     assert all("414" not in op["responses"] for _, _, op in operations(plain))
+
+
+def test_the_jwt_scheme_comes_first_in_the_components_and_in_every_operation(client) -> None:
+    """Issue 35: Swagger UI's Authorize dialog lists the schemes in the components' order."""
+    schema = client.get("/api/schema/", {"format": "json"}).json()
+    assert next(iter(schema["components"]["securitySchemes"])) == "jwtAuth"
+    secured = [op["security"] for item in schema["paths"].values() for op in item.values()
+               if isinstance(op, dict) and op.get("security")]
+    assert secured and all(next(iter(requirements[0])) == "jwtAuth" for requirements in secured
+                           if any("jwtAuth" in requirement for requirement in requirements))

@@ -116,3 +116,27 @@ class SkaldAutoSchema(AutoSchema):
 
     def _takes_body(self) -> bool:
         return self.method in BODY_METHODS and self.get_request_serializer() is not None
+
+
+# Swagger UI's Authorize dialog lists the schemes in the order of the components; a token pasted
+# into the first one (the session cookie's, alphabetically) failed (issue 35). The bearer token a
+# caller obtains from /api/auth/token/ comes first, everywhere.
+SECURITY_ORDER = ("jwtAuth", "providerBearer", "cookieAuth")
+
+
+def _security_rank(requirement: dict[str, Any]) -> int:
+    names = list(requirement)
+    return min((SECURITY_ORDER.index(name) for name in names if name in SECURITY_ORDER), default=len(SECURITY_ORDER))
+
+
+def jwt_first(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
+    """drf-spectacular hook: the JWT scheme first among the components and in each operation's list."""
+    schemes = result.get("components", {}).get("securitySchemes")
+    if schemes:
+        result["components"]["securitySchemes"] = dict(sorted(
+            schemes.items(), key=lambda item: _security_rank({item[0]: []})))
+    for item in result.get("paths", {}).values():
+        for operation in item.values():
+            if isinstance(operation, dict) and operation.get("security"):
+                operation["security"] = sorted(operation["security"], key=_security_rank)
+    return result
