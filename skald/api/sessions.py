@@ -25,9 +25,17 @@ MAX_EVENTS_PAGE = 500
 
 
 class SessionSerializer(serializers.ModelSerializer):
+    """A session as :func:`skald.sessions.selectors.sessions_with_facts` reads it."""
+
+    awaiting_approval = serializers.BooleanField(read_only=True,
+                                                 help_text="A call of it waits for an approver.")
+    case = serializers.IntegerField(source="case_id", read_only=True, allow_null=True,
+                                    help_text="The case its tools read (read_logs); null when it has none.")
+
     class Meta:
         model = Session
-        fields = ["id", "agent", "source", "title", "owner", "last_seq", "exchange_count", "created_at"]
+        fields = ["id", "agent", "source", "title", "owner", "last_seq", "exchange_count", "created_at",
+                  "awaiting_approval", "case"]
 
 
 class SessionCreateSerializer(StrictInput):
@@ -90,7 +98,7 @@ class SessionListCreate(APIView):
     @extend_schema(operation_id="session_list", summary="List the sessions you may see (newest 200)",
                    responses={200: SessionSerializer(many=True), **error_responses()})
     def get(self, request: Request) -> Response:
-        sessions = sessions_readable_by(caller(request))[:200]
+        sessions = selectors.sessions_with_facts(sessions_readable_by(caller(request)))[:200]
         return Response(SessionSerializer(sessions, many=True).data)
 
     @extend_schema(operation_id="session_create", summary="Open a session with an agent",
@@ -106,7 +114,7 @@ class SessionListCreate(APIView):
         session = services.session_create(user=caller(request), agent=body.validated_data.get("agent"),
                                           title=body.validated_data.get("title", ""),
                                           case_id=body.validated_data.get("case"))
-        return Response(SessionSerializer(session).data, status=status.HTTP_201_CREATED)
+        return Response(SessionSerializer(selectors.session_with_facts(session)).data, status=status.HTTP_201_CREATED)
 
 
 class SessionDetail(APIView):
@@ -115,7 +123,8 @@ class SessionDetail(APIView):
     @extend_schema(operation_id="session_get", summary="Get a session",
                    responses={200: SessionSerializer, **error_responses(_404="session_not_found")})
     def get(self, request: Request, session_id: int) -> Response:
-        return Response(SessionSerializer(session_for(user=caller(request), session_id=session_id, action=READ)).data)
+        session = session_for(user=caller(request), session_id=session_id, action=READ)
+        return Response(SessionSerializer(selectors.session_with_facts(session)).data)
 
 
 class SessionMessages(APIView):

@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+from django.db.models import Exists, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast, Coalesce
+
+from loop.events import EventKind
 from loop.models import Exchange, Session, SessionEvent
 from skald.core.errors import NotFound
+from skald.models import Run
+
+# PendingApproval.status of an approval nobody has answered yet. The product core imports no feature,
+# so it reads the approvals through the reverse relation by name (as skald.sessions.access does).
+APPROVAL_PENDING = "pending"
 
 
 def exchange_get(*, session: Session, exchange_id: int) -> Exchange:
@@ -15,3 +25,24 @@ def exchange_get(*, session: Session, exchange_id: int) -> Exchange:
 
 def events_after(*, session: Session, after: int, limit: int) -> list[SessionEvent]:
     return list(SessionEvent.objects.filter(session=session, seq__gt=after).order_by("seq")[:limit])
+
+
+def sessions_with_facts(sessions: QuerySet[Session]) -> QuerySet[Session]:
+    """``sessions``, each with what a list of them shows: ``awaiting_approval`` (a call of it waits for
+    an approver) and ``case_id`` (the case its tools read: its run's, else the latest it was attached to,
+    as ``skald.loop_adapters.runtime.session_extras`` finds it; None when it has none)."""
+    pending = Session.objects.filter(pk=OuterRef("pk"), approvals__status=APPROVAL_PENDING)
+    run_case = Run.objects.filter(session_id=OuterRef("pk")).values("case_id")[:1]
+    attached_case = (SessionEvent.objects
+                     .filter(session_id=OuterRef("pk"), kind=EventKind.NOTE, payload__has_key="attached_case")
+                     .order_by("-seq")
+                     .values(case=Cast(KeyTextTransform("attached_case", "payload"), IntegerField()))[:1])
+    return sessions.annotate(
+        awaiting_approval=Exists(pending),
+        case_id=Coalesce(Subquery(run_case), Subquery(attached_case), output_field=IntegerField()),
+    )
+
+
+def session_with_facts(session: Session) -> Session:
+    """One session as :func:`sessions_with_facts` shows it."""
+    return sessions_with_facts(Session.objects.filter(pk=session.pk)).get()

@@ -1,6 +1,9 @@
 // The console: REST for commands, the session websocket for everything that happened.
 // The websocket replays from `after=<last seq>` on reconnect, so nothing durable is missed.
 // Approval cards match the viewer: an approver answers on the card; anyone else sees who will.
+// The controls follow the server's access rule (skald/sessions/access.py), which the page states in
+// its data attributes: Send shows only on a session the viewer may write to (their own, with a role
+// that converses), Stop on one they may stop (their own, or any for an operator).
 (function () {
   "use strict";
   const csrf = () => (document.cookie.match(/csrftoken=([^;]+)/) || [])[1] || "";
@@ -12,11 +15,13 @@
   const $ = (id) => document.getElementById(id);
   const canResolve = document.body.dataset.canResolve === "1";
   const myId = Number(document.body.dataset.userId), fourEyes = document.body.dataset.fourEyes === "1";
+  const canConverse = document.body.dataset.canConverse === "1", canStopAny = document.body.dataset.canStopAny === "1";
   // endedSeq: the seq of the last exchange_settled shown. A request's answer (202 to a message, 200 to
   // a stop) can arrive after the exchange it started or stopped has already ended on the socket; the
   // status line then keeps "Exchange ended", never goes back to "working" or "Stop requested".
   let session = null, socket = null, lastSeq = 0, endedSeq = 0, userSeq = 0;
   const cards = new Map();  // request_id → card element
+  const known = new Map();  // session id → the session as the API last answered it (owner, case, badge)
   const strip = window.SkaldTaskStrip.create($("tasks"), {source: "web", api, onOpen: (id) => open(id)});
 
   function el(tag, cls, value) {
@@ -151,6 +156,8 @@
       return;
     }
     if (event.kind === "control:approval_resolved") resolved(p);
+    // This session's badge changes: re-read the list (an operator's live socket does not carry approvals).
+    if (["control:approval_requested", "control:approval_resolved", "canceled"].includes(event.kind)) reloadSoon();
     if (event.kind === "canceled") {
       cards.forEach((card) => { if (card.classList.contains("waiting")) setState(card, "cancelled", "Cancelled: the exchange was stopped."); });
     }
@@ -210,12 +217,35 @@
     return `${c.name}(\n${lines.join("\n")}\n)`;
   }
 
-  function open(id) {
+  // What the viewer may do in the open session: Send on their own, Stop where the server allows it;
+  // a warning above the message box when the session has no case (read_logs then fails with no_case).
+  function controls(s) {
+    const writable = canConverse && s.owner === myId;
+    for (const node of [$("message"), document.querySelector("#composer button[type=submit]")]) {
+      if (node) node.hidden = !writable;
+    }
+    $("stop").hidden = !((canConverse && s.owner === myId) || canStopAny);
+    $("not-yours").hidden = writable || !canConverse;  // a reader without the role has the sidebar's sentence
+    $("no-case").hidden = !writable || s.case !== null;
+  }
+
+  async function open(id) {
     session = id; lastSeq = 0; endedSeq = 0; userSeq = 0; cards.clear(); $("events").innerHTML = ""; $("live").textContent = "";
     $("status").textContent = `Session #${id}`;
     strip.load();
     document.querySelectorAll("#sessions li").forEach((li) => li.classList.toggle("current", li.dataset.id == id));
     connect();
+    if (!known.has(id)) {  // a task's session, not in the list yet
+      const r = await api(`/api/sessions/${id}/`);
+      if (r.ok) known.set(id, r.body);
+    }
+    if (session === id && known.has(id)) controls(known.get(id));
+  }
+
+  let reloading = 0;  // a list reload asked for by the open session's events, once for a burst of them
+  function reloadSoon() {
+    clearTimeout(reloading);
+    reloading = setTimeout(load, 300);
   }
 
   let listed = "";  // what the session list shows now, to leave it alone when nothing changed
@@ -230,37 +260,35 @@
       $("sessions-note").textContent = `Sessions unavailable: ${problem(body, status)}`;
       return;
     }
-    let waiting = new Set();
-    if (canResolve) {
-      const pending = await api("/api/approvals/?status=pending");
-      if (pending.ok && Array.isArray(pending.body)) waiting = new Set(pending.body.map((a) => a.session));
-      if (ticket !== loading) return;
-    }
+    body.forEach((s) => known.set(s.id, s));
+    if (known.has(session)) controls(known.get(session));
     $("sessions-note").textContent = body.length ? "" : "No session yet.";
     // Built aside and swapped in at once, and only when it changed: the list never flickers empty
     // while the answers are awaited, and an item under the pointer stays the same element.
-    const shown = JSON.stringify(body.map((s) => [s.id, s.title || s.agent, waiting.has(s.id)]));
+    const shown = JSON.stringify(body.map((s) => [s.id, s.title || s.agent, s.awaiting_approval]));
     if (shown === listed) return;
     listed = shown;
     const items = body.map((s) => {
       const li = el("li", s.id === session ? "current" : "", `#${s.id} ${s.title || s.agent}`);
       li.dataset.id = s.id;
-      if (waiting.has(s.id)) li.appendChild(el("span", "badge", "approval waiting"));
+      // An approver is the one it waits for; anyone else waits for an approver.
+      if (s.awaiting_approval) li.appendChild(el("span", "badge", canResolve ? "approval waiting" : "waiting for an approver"));
       li.onclick = () => open(s.id);
       return li;
     });
     $("sessions").replaceChildren(...items);
   }
 
-  $("new-session").onclick = async () => {
+  if ($("new-session")) $("new-session").onclick = async () => {
     const picked = $("new-case") && $("new-case").value;
     const r = await api("/api/sessions/", {method: "POST", body: JSON.stringify(picked ? {case: Number(picked)} : {})});
     if (!r.ok) { $("sessions-note").textContent = problem(r.body, r.status); return; }
+    known.set(r.body.id, r.body);
     open(r.body.id);  // first: the composer sends to it at once
     load();
   };
   $("composer").onsubmit = async (e) => {
-    e.preventDefault(); if (!session) return;
+    e.preventDefault(); if (!session || !$("message")) return;
     const mark = lastSeq;
     const r = await api(`/api/sessions/${session}/messages/`, {method: "POST", body: JSON.stringify({content: $("message").value})});
     if (r.status === 202) pending("Sent; the agent is working.", mark); else $("status").textContent = problem(r.body, r.status);
