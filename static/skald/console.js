@@ -224,7 +224,7 @@
     for (const node of [$("message"), document.querySelector("#composer button[type=submit]")]) {
       if (node) node.hidden = !writable;
     }
-    $("stop").hidden = !((canConverse && s.owner === myId) || canStopAny);
+    if ($("stop")) $("stop").hidden = !((canConverse && s.owner === myId) || canStopAny);
     $("not-yours").hidden = writable || !canConverse;  // a reader without the role has the sidebar's sentence
     $("no-case").hidden = !writable || s.case !== null;
   }
@@ -287,14 +287,14 @@
     open(r.body.id);  // first: the composer sends to it at once
     load();
   };
-  $("composer").onsubmit = async (e) => {
+  if ($("composer")) $("composer").onsubmit = async (e) => {
     e.preventDefault(); if (!session || !$("message")) return;
     const mark = lastSeq;
     const r = await api(`/api/sessions/${session}/messages/`, {method: "POST", body: JSON.stringify({content: $("message").value})});
     if (r.status === 202) pending("Sent; the agent is working.", mark); else $("status").textContent = problem(r.body, r.status);
     if (r.status === 202) $("message").value = "";
   };
-  $("stop").onclick = async () => {
+  if ($("stop")) $("stop").onclick = async () => {
     if (!session) return;
     const mark = lastSeq;
     const r = await api(`/api/sessions/${session}/stop/`, {method: "POST"});

@@ -9,6 +9,10 @@ then cancels the parked call: the card says so and offers no buttons.
 The session list beside the cards follows the admin live socket: it keeps its elements while
 nothing changed, and a session started elsewhere appears by itself, swapped in at once, never
 showing an empty list meanwhile.
+
+The controls follow the session access rule (issue 35): an operator's session waiting for an approver
+says so in the list; the approver who opens it reads it without a message box; an auditor gets no New
+session and no Send, and a sentence saying why.
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ from collections.abc import Iterator
 
 import pytest
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.wait import WebDriverWait
 
+from skald.demo import DEMO_CASE_TITLE
 from tests.browser.conftest import Admin
 from tests.e2e.stack import Stack, launch
 
@@ -67,6 +73,8 @@ def test_a_refused_answer_shows_on_the_card_and_a_stop_cancels_it(admin: Admin, 
     admin.open("/console/")
     admin.click("#new-session")
     admin.wait_text("#status", "Session #", what="a new session to open")
+    # No case was chosen: said above the message box before the first message (read_logs would fail).
+    assert "tools that read a case's logs (read_logs) will fail" in admin.text("#no-case")
     admin.fill("#message", "Why does checkout return 502?")
     admin.click("#composer button[type=submit]")
     admin.wait_text("#events .card", "Approval needed: write_file", what="the card from the worker",
@@ -115,7 +123,7 @@ window.listLoads = 0;
 const plain = window.fetch;
 window.fetch = async (...args) => {
   const answer = await plain(...args);
-  if (!String(args[0]).endsWith("/api/approvals/?status=pending")) return answer;
+  if (String(args[0]) !== "/api/sessions/" || (args[1] && args[1].method)) return answer;
   // The list is built in the microtasks after this body is read: a timer started then fires after.
   const read = answer.json.bind(answer);
   answer.json = async () => {
@@ -166,3 +174,48 @@ def test_the_session_list_follows_new_sessions_live_and_never_flickers_empty(adm
     assert created.status_code == 201, created.text
     admin.wait_text("#sessions", f"#{created.json()['id']} ", what="the session made through the API")
     assert admin.driver.execute_script("return [window.listSwaps, window.listSeenEmpty]") == [1, False]
+
+
+def shown(admin: Admin, css: str) -> bool:
+    return any(element.is_displayed() for element in admin.driver.find_elements(By.CSS_SELECTOR, css))
+
+
+def test_each_role_gets_the_controls_it_may_use_and_sees_who_a_session_waits_for(admin: Admin,
+                                                                                  stack: Stack) -> None:
+    admin.login("operator")
+    admin.open("/console/")
+    Select(admin.find("#new-case")).select_by_visible_text(DEMO_CASE_TITLE)
+    admin.click("#new-session")
+    admin.wait_text("#status", "Session #", what="a new session to open")
+    assert not shown(admin, "#no-case")  # attached to the case: read_logs has its logs
+    admin.fill("#message", "Why does checkout return 502?")
+    admin.click("#composer button[type=submit]")
+    admin.wait_text("#events .card", "Waiting for an approver.", what="the operator's waiting card",
+                    timeout=WORKER_WAIT)
+    admin.wait_text("#sessions li.current .badge", "waiting for an approver", what="the badge in the list")
+    admin.screenshot("console-operator-waiting-badge")
+    admin.open("/admin/")
+    admin.logout()
+
+    # The approver may converse in their own sessions, not write into the operator's: reading it
+    # to decide on its card, they get no message box and a line saying whose it is.
+    admin.login("approver")
+    admin.open("/console/")
+    admin.click("//ul[@id='sessions']/li[span[text()='approval waiting']]")
+    admin.wait_text("#events .card", "Approval needed: write_file")
+    assert admin.text("#not-yours") == ("You can read this session; only the user who started it sends "
+                                        "messages to it.")
+    assert not shown(admin, "#message") and not shown(admin, "#composer button[type=submit]")
+    assert not shown(admin, "#stop") and not shown(admin, "#no-case")
+    admin.screenshot("console-approver-reads-an-operators-session")
+    admin.open("/admin/")
+    admin.logout()
+
+    admin.login("auditor")
+    admin.open("/console/")
+    assert admin.text("#read-only") == ("You can read sessions; starting one or sending a message needs the "
+                                        "operator, approver, reviewer or workflow role.")
+    controls = "#new-session, #message, #composer button[type=submit], #stop"
+    assert not admin.driver.find_elements(By.CSS_SELECTOR, controls)  # none to use, none to hide
+    admin.wait_text("#sessions", "waiting for an approver", what="the auditor's list to show the waiting session")
+    admin.screenshot("console-auditor-reads")

@@ -58,6 +58,7 @@ def test_roles_that_converse_get_new_session_and_send(request, client, who):
 def test_an_auditor_reads_without_new_session_or_send_and_is_told_why(client, dave):
     html = page(client, dave)
     assert 'id="new-session"' not in html and 'id="message"' not in html and ">Send</button>" not in html
+    assert 'id="stop"' not in html  # an auditor stops nothing either
     assert 'data-can-converse="0"' in html and READ_ONLY in html
     assert "Pick a session to read." in html
 
