@@ -76,13 +76,15 @@ class CaseLog(models.Model):
 
 
 class RunStatus(models.TextChoices):
-    QUEUED = "queued"
-    RUNNING = "running"
-    AWAITING_HUMAN = "awaiting_human"
-    HANDOFF = "handoff"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELED = "canceled"
+    """A run's state; the labels are what people read (issue 35: "stopped", not "canceled")."""
+
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    AWAITING_HUMAN = "awaiting_human", "Waiting for a human"
+    HANDOFF = "handoff", "Handed to a human"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    CANCELED = "canceled", "Stopped"
 
 
 class Run(models.Model):

@@ -95,7 +95,7 @@ def pending_approval_resolve(
                 payload={"decision": decision, "reason": reason[:500], "tool_call": call.pk,
                          "rule": approval.rule_id, "arguments_hash": approval.args_hash},
             )
-            _announce(approval, resolver_label=f"user:{resolver.pk}")
+            _announce(approval, resolver_label=f"user:{resolver.pk}", resolver_name=resolver.get_username())
             work_on_commit("skald.tasks.resolve_pending_call", call.pk, decision, reason[:2000],
                            key=f"resolve:c{call.pk}")
     if expired_now:
@@ -124,20 +124,23 @@ def approvals_expire(*, request_ids: Sequence[Any] | None = None) -> int:
             audit_append(actor=Actor.system("expiry"), kind=AuditKind.APPROVAL_EXPIRED, subject_type="approval",
                          subject_id=str(approval.request_id),
                          payload={"tool_call": approval.tool_call_id, "expires_at": approval.expires_at.isoformat()})
-            _announce(approval, resolver_label="system:expiry")
+            _announce(approval, resolver_label="system:expiry", resolver_name="nobody (it expired)")
             work_on_commit("skald.tasks.resolve_pending_call", approval.tool_call_id, "expire", "",
                            key=f"resolve:c{approval.tool_call_id}")
             expired += 1
     return expired
 
 
-def _announce(approval: PendingApproval, *, resolver_label: str) -> None:
+def _announce(approval: PendingApproval, *, resolver_label: str, resolver_name: str) -> None:
+    """The session's ``control:approval_resolved`` row: ``by`` is the principal label the kernel
+    keeps, ``by_name`` what a person reads ("carol", not "user:3")."""
     from skald.loop_adapters.store import kernel_store
 
     kernel_store().append_event(
         session_id=approval.session_id, kind="control:approval_resolved",
         payload={"request_id": str(approval.request_id), "tool_call_id": approval.tool_call_id,
-                 "status": approval.status, "reason": approval.reason[:500], "by": resolver_label},
+                 "status": approval.status, "reason": approval.reason[:500], "by": resolver_label,
+                 "by_name": resolver_name},
         key=f"approval:{approval.request_id}:resolved", principal=resolver_label,
         exchange_id=approval.tool_call.exchange_id,
     )

@@ -50,9 +50,8 @@ def frame_tree_html(session_id: int) -> SafeString:
 
 
 class RunWithFramesAdmin(RunAdmin):
-    """The run page plus its frame tree (kept apart from :mod:`skald.admin.runs`)."""
-
-    change_form_template = "admin/skald/run/change_frames.html"
+    """The run page plus its frame tree (kept apart from :mod:`skald.admin.runs`): the tree is part of
+    the live fragment, so it follows the same feed as the timeline."""
 
     def run_context(self, request: HttpRequest, run: Run) -> dict[str, Any]:
         return {**super().run_context(request, run), "frame_tree": frame_tree_html(run.session_id)}

@@ -38,6 +38,16 @@ from skald.jobs.selectors import tree_spend
 from skald.models import Case, Run, RunStatus
 
 TIMELINE_LIMIT = 500
+# A run's outcome as the end of a sentence on its banner (the status pill beside it names the status).
+OUTCOME_SENTENCES = {
+    "completed": "answered and the run completed",
+    "canceled": "a person stopped it",
+    "stop": "a person stopped it",
+    "turn_cap_reached": "the agent used all its turns without an answer",
+    "budget_exceeded": "the run spent its token budget before an answer",
+    "provider_failed": "the model provider failed",
+    "closed_by_human": "a person closed it after a handoff",
+}
 READERS = GOVERNANCE_ROLES
 
 
@@ -97,9 +107,12 @@ def banner(run: Run, pending: list[PendingApproval], *, approvals_open: bool) ->
     links = [(f"{a.tool} ({a.batch})",
               reverse("admin:approvals_pendingapproval_change", args=[a.pk]) if approvals_open else "")
              for a in pending]
-    if run.status == RunStatus.AWAITING_HUMAN:
+    if run.status == RunStatus.AWAITING_HUMAN and links:
         text = "Waiting for an approver to answer " + ("these calls:" if len(links) > 1 else "this call:")
-        return {"tone": "", "text": text, "links": links}
+        return {"tone": "", "text": text, "links": links, "status": "Waiting for an approver"}
+    if run.status == RunStatus.AWAITING_HUMAN:
+        return {"tone": "", "text": "Waiting for a human: the agent asked a question; answer it in the "
+                                    "run's session (console).", "links": []}
     if run.status == RunStatus.HANDOFF:
         return {"tone": "", "text": f"Handed to a human: {run.handoff_question or 'the agent is stuck'}. "
                                     "Answer with the handoff decision (workflow API).", "links": []}
@@ -107,9 +120,12 @@ def banner(run: Run, pending: list[PendingApproval], *, approvals_open: bool) ->
         return {"tone": "live", "text": "Queued: waiting for a worker to pick the run up.", "links": []}
     if run.status == RunStatus.RUNNING:
         return {"tone": "live", "text": "Running: the agent is working; this page follows it.", "links": []}
+    outcome = OUTCOME_SENTENCES.get(run.outcome or "", (run.outcome or "").replace("_", " "))
     if run.status == RunStatus.COMPLETED:
-        return {"tone": "done", "text": f"Completed ({run.outcome or 'done'}).", "links": []}
-    return {"tone": "bad", "text": f"{run.get_status_display()} ({run.outcome or 'no outcome'}).", "links": []}
+        return {"tone": "done", "text": f"The agent {outcome or 'finished'}.", "links": []}
+    if run.status == RunStatus.CANCELED:
+        return {"tone": "bad", "text": f"Stopped: {outcome or 'a person stopped it'}.", "links": []}
+    return {"tone": "bad", "text": f"Failed: {outcome or 'the run ended without an outcome'}.", "links": []}
 
 
 class RunAdmin(ReadOnlyAdmin):
@@ -156,6 +172,7 @@ class RunAdmin(ReadOnlyAdmin):
                  get_user_model().objects.filter(pk__in=ids).values_list("pk", "username")} if ids else {}
         pending = [a for a in approvals if a.status == ApprovalStatus.PENDING]
         proposals = list(Proposal.objects.filter(run=run).order_by("id"))
+        compactions = [e.seq for e in events if e.kind == EventKind.COMPACTION]
         return {
             "run": run,
             "banner": banner(run, pending, approvals_open=approvals_open),
@@ -169,6 +186,10 @@ class RunAdmin(ReadOnlyAdmin):
             "case_open": admin_may_view(request, self.admin_site, Case),
             "last_seq": run.session.last_seq,
             "spend": tree_spend(session_id=run.session_id),
+            "compactions": compactions,
+            "compactions_url": reverse("admin:loop_sessionevent_changelist")
+            + f"?session={run.session_id}&kind={EventKind.COMPACTION.value}"
+            if compactions and admin_may_view(request, self.admin_site, SessionEvent) else "",  # all its rows
         }
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",

@@ -4,7 +4,11 @@ They live in the composition layer, not in `loop/`: the kernel knows nothing of 
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
 from loop.models import Exchange, Frame, Session, SessionEvent, ToolCall
 from skald.core.admin import ReadOnlyAdmin
@@ -44,10 +48,39 @@ class ToolCallAdmin(ReadOnlyAdmin):
     list_filter = ["status", "tool"]
 
 
+def kind_label(kind: str) -> str:
+    """``control:compaction_probe`` → ``compaction probe``: a kind as people name it."""
+    return kind.removeprefix("control:").replace("_", " ")
+
+
+class KindFilter(admin.SimpleListFilter):
+    """Events by kind in words (compaction, compaction probe, tool result …), the kinds present only."""
+
+    title = "kind"
+    parameter_name = "kind"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        kinds = SessionEvent.objects.order_by().values_list("kind", flat=True).distinct()
+        return sorted(((kind, kind_label(kind)) for kind in kinds), key=lambda pair: pair[1])
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[SessionEvent]) -> QuerySet[SessionEvent]:
+        return queryset.filter(kind=self.value()) if self.value() else queryset
+
+
 @admin.register(SessionEvent)
 class SessionEventAdmin(ReadOnlyAdmin):
-    list_display = ["session", "seq", "kind", "narrative", "created_at"]
-    list_filter = ["kind"]
+    list_display = ["session", "seq", "kind_words", "narrative", "created_at"]
+    list_filter = [KindFilter]
+    list_select_related = ["session"]
+    ordering = ["session", "seq"]
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
+        # The run and session pages link here as ?session=<id>[&kind=…].
+        return lookup == "session" or super().lookup_allowed(lookup, value, request)
+
+    @admin.display(description="kind", ordering="kind")
+    def kind_words(self, event: SessionEvent) -> str:
+        return kind_label(event.kind)
 
 
 @admin.register(Frame)

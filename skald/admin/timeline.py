@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import pairwise
 from typing import Any, NamedTuple, assert_never
 
 from loop.events import EventKind
@@ -18,6 +19,9 @@ from loop.models import SessionEvent
 from skald.core.text import clip_to_line
 
 SNIPPET = 280
+# An async task's status as the end of a sentence ("async task #3 (log_analyst) succeeded").
+TASK_PHRASES = {"queued": "is queued", "running": "is running", "succeeded": "succeeded", "failed": "failed",
+                "canceled": "was cancelled", "cancelled": "was cancelled", "expired": "expired"}
 # Journal rows a reader does not need line by line; they fold into "n internal rows".
 # A compaction's probe report and a quota stop stay lines of their own: the operator reads the score
 # and the latch there (SPEC L14).
@@ -39,6 +43,7 @@ class Line:
     link: str = ""  # a URL the line points at (the approval it asked for)
     folded: list[Line] = field(default_factory=list)  # internal rows folded under this marker
     compaction: dict[str, Any] | None = None  # what the compaction entry shows (SPEC L14)
+    duration: str = ""  # how long until the next line ("1.2 s"); empty on the last line
 
 
 def _args(arguments: str) -> str:
@@ -109,7 +114,9 @@ def describe(event: SessionEvent, *, agent: str, user: str, names: Mapping[str, 
             return _system(f"stopped: compaction quota reached ({p.get('compactions')} of "
                            f"{p.get('max_per_episode')} compactions)", "budget exceeded", "outcome-error")
         case EventKind.CANCELED:
-            return _system("the exchange was cancelled", "cancelled", "outcome-error")
+            reason = str(p.get("reason") or "").replace("_", " ")
+            return _system("the exchange was cancelled" + (f": {reason}" if reason else ""), "cancelled",
+                           "outcome-error")
         case EventKind.APPROVAL_REQUESTED:
             return Description("gate", "who-system", f"{p.get('name', '?')} needs a human's approval", "waiting",
                                "status status-pending")
@@ -117,14 +124,17 @@ def describe(event: SessionEvent, *, agent: str, user: str, names: Mapping[str, 
             by = str(p.get("by", ""))
             reason = f" — “{clip_to_line(p['reason'], 120)}”" if p.get("reason") else ""
             status = str(p.get("status", ""))
-            return Description((names or {}).get(by, by or "approver"), "who-user",
+            name = str(p.get("by_name") or (names or {}).get(by, by or "approver"))
+            return Description(name, "who-user",
                                f"answered the parked call{reason}", status, f"status status-{status}")
         case EventKind.EXCHANGE_PARKED:
             question = p.get("question") or ""
             return _system("parked: waiting for a human" + (f" — {question}" if question else ""), "awaiting human",
                            "status status-pending")
         case EventKind.EXCHANGE_SETTLED:
-            return _system("the exchange ended", str(p.get("outcome", "")), "status")
+            outcome = str(p.get("outcome", ""))
+            return _system("the exchange ended", outcome.replace("_", " "),
+                           "outcome-error" if outcome not in ("", "completed") else "status status-completed")
         case EventKind.HANDOFF:
             return Description("operator", "who-user",
                                clip_to_line(p.get("decision") or p.get("answer") or p, SNIPPET))
@@ -141,10 +151,11 @@ def describe(event: SessionEvent, *, agent: str, user: str, names: Mapping[str, 
             return _system(f"attached to case #{case_id}" if case_id is not None else "noted")
         case EventKind.TASK_UPDATE:
             status = str(p.get("status", ""))
-            delivered = " and its result was delivered" if p.get("delivered") else ""
+            delivered = "; its result was delivered to the agent" if p.get("delivered") else ""
+            phrase = TASK_PHRASES.get(status, f"is {status.replace('_', ' ')}")
             return Description("tasks", "who-system",
-                               f"async task #{p.get('job', '?')} ({p.get('agent', '?')}) is {status}{delivered}",
-                               status, f"status status-{status}")
+                               f"async task #{p.get('job', '?')} ({p.get('agent', '?')}) {phrase}{delivered}",
+                               status.replace("_", " "), f"status status-{status}")
         case EventKind.EFFECT_REFUSED:
             paths = ", ".join(str(target) for target in (p.get("targets") or [])[:5]) or "?"
             why = ("its worker lost its lease and another worker took over" if p.get("reason") == "lease_lost"
@@ -181,18 +192,34 @@ def compaction_detail(event: SessionEvent) -> dict[str, Any] | None:
 def timeline_lines(events: Iterable[SessionEvent], *, agent: str, user: str,
                    approval_urls: Mapping[str, str] | None = None, names: Mapping[str, str] | None = None
                    ) -> list[Line]:
-    """Events in seq order → lines; internal control rows fold under the line before them."""
+    """Events in seq order → lines; internal control rows fold under the line before them.
+
+    A sub-agent's answer reads once: its own last line (in its indented frame) says it, so the
+    delegating call's ``tool_result`` folds as a journal row and the ``subagent_result`` line says the
+    answer went back, repeating the text only when it differs. Each line carries its duration (until
+    the next line)."""
+    events = list(events)
+    # A call key is unique within its frame's narrative (a child's first call has the parent's key).
+    delegated = {(e.narrative, str((e.payload or {}).get("key", ""))) for e in events
+                 if e.kind == EventKind.SUBAGENT_RESULT}
     lines: list[Line] = []
     urls = approval_urls or {}
+    child_answer = ""
     for event in events:
         who, who_css, text, outcome, outcome_css = describe(event, agent=agent, user=user, names=names)
+        payload = event.payload or {}
+        if event.kind == EventKind.ASSISTANT and depth_of(event.narrative) and payload.get("content"):
+            child_answer = str(payload["content"]).strip()
+        if event.kind == EventKind.SUBAGENT_RESULT and str(payload.get("content", "")).strip() == child_answer:
+            text = "returned its answer (above) to the agent that delegated"
         asked = event.kind == EventKind.APPROVAL_REQUESTED
         line = Line(seq=event.seq, at=event.created_at, who=who, who_css=who_css, text=text, outcome=outcome,
                     outcome_css=outcome_css, depth=min(depth_of(event.narrative), 3),
                     payload=json.dumps(event.payload, indent=2, ensure_ascii=False, sort_keys=True),
                     link=urls.get(str((event.payload or {}).get("key", "")), "") if asked else "",
                     compaction=compaction_detail(event))
-        if event.kind in FOLDED:
+        repeated = event.kind == EventKind.TOOL_RESULT and (event.narrative, str(payload.get("key", ""))) in delegated
+        if event.kind in FOLDED or repeated:
             # Journal rows fold under the line before them (the call they record).
             if lines:
                 lines[-1].folded.append(line)
@@ -201,7 +228,23 @@ def timeline_lines(events: Iterable[SessionEvent], *, agent: str, user: str,
                                   depth=line.depth, folded=[line]))
             continue
         lines.append(line)
+    for line, following in pairwise(lines):
+        line.duration = duration_text((following.at - line.at).total_seconds())
     return lines
+
+
+def duration_text(seconds: float) -> str:
+    """``0.4 s``, ``12 s``, ``3 min 5 s``, ``2 h 10 min``: a row's duration as a person reads it."""
+    seconds = max(0.0, seconds)
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {rest} s" if rest else f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if minutes else f"{hours} h"
 
 
 def receipt_rows(receipt: Mapping[str, Any] | None) -> list[tuple[str, str]]:

@@ -55,6 +55,10 @@ def test_the_admin_timeline_and_the_console_show_each_compaction(chromium, compa
     assert "Summary of the earlier conversation" in first and "OPS-4412" in first  # the ticket's intent kept
     assert re.search(r"Probe score: \d+‰ lost", probes[0])
     admin.screenshot("run-timeline-compaction")
+    # Issue 35: the run page links to its compactions (in-page, for every reader of the run).
+    link = admin.find("#run-compactions a[href^='#seq-']")
+    target = link.get_attribute("href").split("#", 1)[1]
+    assert admin.driver.find_elements(By.CSS_SELECTOR, f"#{target} [data-compaction=compaction]")
 
     # The console: the run's session shows the compaction marker inline, with its probe score.
     admin.open("/console/")

@@ -54,7 +54,7 @@ def row_of(admin: Admin, text: str) -> WebElement:
 
 
 def run_status(admin: Admin) -> str:
-    """The run page's status, as its label ("Awaiting Human")."""
+    """The run page's status, as its pill reads ("Waiting for an approver")."""
     return admin.text("#run-status").strip()
 
 
@@ -75,17 +75,18 @@ def test_it_follows_a_governed_run_from_launch_to_reused_knowledge(admin: Admin,
     admin.login("operator")
     admin.screenshot("operator-home")
     run_id = launch_run(admin, FIRST_TICKET, "launch")
-    admin.reload_until(lambda: run_status(admin) == RunStatus.AWAITING_HUMAN.label, timeout=RUN_TIMEOUT,
+    admin.reload_until(lambda: run_status(admin) == "Waiting for an approver", timeout=RUN_TIMEOUT,
                        what="the run to park for approval")
     first_search = search_result_row(admin)
     assert first_search and "No accepted knowledge matches." in first_search  # nothing accepted yet
     assert "write_file" in admin.text("#run-approvals")
     admin.screenshot("run-awaiting-approval")
-    # The run reads on the page's own background: the frame tree's dark header starts below the run,
-    # not behind it (the stock admin floats #content-main, which let that header fill the page).
+    # The frame tree follows the timeline's live feed (issue 35): it is part of the live region,
+    # below the timeline, and already shows the sub-agent frame the run opened.
     assert admin.driver.execute_script(
-        "return document.querySelector('#frame-tree h2').getBoundingClientRect().top"
-        " >= document.querySelector('#content-main').getBoundingClientRect().bottom")
+        "return document.querySelector('#run-live #frame-tree h2').getBoundingClientRect().top"
+        " >= document.querySelector('#timeline').getBoundingClientRect().bottom")
+    assert "depth 1" in admin.text("#frame-tree")
     admin.logout()
 
     # The approver reads the diff of reports/findings.md and approves it with a reason.
@@ -101,7 +102,7 @@ def test_it_follows_a_governed_run_from_launch_to_reused_knowledge(admin: Admin,
     admin.fill("#resolve-form #id_reason", "Only writes the report under reports/; fine.")
     admin.screenshot("approval-diff")
     admin.click("#resolve-form input[name=_approve]")
-    admin.wait_text(".messagelist", "Approved 1 call(s)", what="the approval confirmation")
+    admin.wait_text(".messagelist", "Approved write_file (reports/findings.md)", what="the approval confirmation")
     admin.screenshot("approved")
     wait_for(lambda: api_run_status(stack, run_id) == RunStatus.COMPLETED, timeout=RUN_TIMEOUT, interval=0.3,
              what=f"run {run_id} to complete after the approval")

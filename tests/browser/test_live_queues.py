@@ -126,10 +126,10 @@ def test_the_run_list_shows_a_run_the_worker_parks(admin: Admin, stack: Stack) -
     admin.login("operator")
     admin.open("/admin/skald/run/")
     admin.wait_text("#result_list", "Completed")
-    assert "Awaiting Human" not in admin.text("#result_list")  # both earlier runs finished
+    assert "Waiting for a human" not in admin.text("#result_list")  # both earlier runs finished
     mark_page(admin, "[data-live-page]", kept="#result_list tbody tr")
     launch(stack, "Checkout 502s once more, now for every region.")
-    admin.wait_text("#result_list", "Awaiting Human", what="the run the worker parked", timeout=WORKER_WAIT)
+    admin.wait_text("#result_list", "Waiting for a human", what="the run the worker parked", timeout=WORKER_WAIT)
     assert len(rows(admin)) == 3
     assert_same_page(admin, "[data-live-page]")
     admin.screenshot("live-operator-run-list")

@@ -96,3 +96,28 @@ def test_a_runs_page_shows_its_frame_tree(operator_client, agents, alice, settin
     spent = tree_spend(session_id=run.session_id)
     assert spent.own > 0 and spent.task_count == 1 and spent.tasks > 0
     assert f"Token spend (tree)</dt><dd class=\"skald-tree-spend\">{spent.total} — this run {spent.own}" in page
+    # Issue 35: the tree is part of the live fragment (it follows the timeline's feed); journal rows
+    # start hidden behind a toggle; each visible row shows its duration.
+    live = operator_client.get(f"/admin/skald/run/{run.pk}/live/").content.decode()
+    assert 'id="frame-tree"' in live and 'class="frame depth-1"' in live
+    assert 'id="journal-toggle"' in page and 'id="run-live" class="hide-journal"' in page
+    assert 'class="duration"' in live and " journal row" in live
+
+
+def test_session_events_filter_by_kind_in_words(client, agents, alice):
+    from django.utils.timezone import now
+
+    from loop.models import SessionEvent
+    from tests.conftest import make_user
+
+    session = session_create(user=alice, agent="troubleshooter")
+    for seq, kind in enumerate(["user", "compaction", "control:compaction_probe"], start=1):
+        SessionEvent.objects.create(session_id=session.pk, seq=seq, kind=kind, payload={},
+                                    idempotency_key=f"k{seq}", created_at=now())
+    client.force_login(make_user("root", superuser=True))
+    url = "/admin/loop/sessionevent/"
+    everything = client.get(url, {"session": session.pk})
+    assert everything.status_code == 200 and len(everything.context["cl"].result_list) == 3
+    assert "compaction probe" in everything.content.decode()  # the filter names kinds in words
+    found = client.get(url, {"session": session.pk, "kind": "compaction"}).context["cl"].result_list
+    assert [event.seq for event in found] == [2]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from loop.events import EventKind
 from loop.models import SessionEvent
@@ -86,3 +86,53 @@ def test_every_event_kind_reads_in_words_of_its_own() -> None:
 def test_an_unknown_kind_still_reads_in_words() -> None:
     description = describe(event(1, "control:something_new", {}), agent="troubleshooter", user="alice")
     assert description.text == "something new" and description.who == "system"
+
+
+def test_a_sub_agents_answer_reads_once_and_each_row_shows_its_duration() -> None:
+    child = "child:log_analyst:"
+    at = [AT + timedelta(seconds=s) for s in (0, 0.4, 2.4, 14, 200)]
+    events = [
+        SessionEvent(seq=1, kind="user", payload={"content": "find the errors", "author": "agent:troubleshooter"},
+                     narrative=child, created_at=at[0]),
+        SessionEvent(seq=2, kind="assistant", payload={"content": "Pool exhausted at 12:00."}, narrative=child,
+                     created_at=at[1]),
+        # The child's own call has the same key in its own narrative: it is no delegation's result.
+        SessionEvent(seq=6, kind="tool_result", payload={"key": "e1:t1:c0", "name": "read_logs", "content": "log"},
+                     narrative=child, created_at=at[1]),
+        SessionEvent(seq=3, kind="tool_result", payload={"key": "e1:t1:c0", "name": "execute_task",
+                                                         "content": "Pool exhausted at 12:00."}, created_at=at[2]),
+        SessionEvent(seq=4, kind="subagent_result", payload={"key": "e1:t1:c0", "agent": "log_analyst",
+                                                             "content": "Pool exhausted at 12:00.",
+                                                             "outcome": "completed"}, created_at=at[3]),
+        SessionEvent(seq=5, kind="canceled", payload={"reason": "stop requested"}, created_at=at[4]),
+    ]
+    lines = timeline_lines(events, agent="troubleshooter", user="alice")
+    texts = [line.text for line in lines]
+    assert sum("Pool exhausted" in text for text in texts) == 1  # the child's own line, once
+    assert texts[2] == "log" and texts[3] == "returned its answer (above) to the agent that delegated"
+    assert [sub.seq for sub in lines[2].folded] == [3]  # the delegating call's result is a journal row
+    assert texts[4] == "the exchange was cancelled: stop requested"
+    assert [line.duration for line in lines] == ["0.4 s", "0.0 s", "14 s", "3 min 6 s", ""]
+
+
+def test_an_async_task_update_reads_as_a_sentence() -> None:
+    done = describe(event(1, "control:task_update", {"job": 3, "agent": "log_analyst", "status": "succeeded",
+                                                     "delivered": True}), agent="a", user="u")
+    assert done.text == "async task #3 (log_analyst) succeeded; its result was delivered to the agent"
+    queued = describe(event(2, "control:task_update", {"job": 4, "agent": "x", "status": "queued"}), agent="a",
+                      user="u")
+    assert queued.text == "async task #4 (x) is queued"
+
+
+def test_the_run_banner_says_how_a_run_ended_in_a_sentence() -> None:
+    from skald.admin.runs import banner
+    from skald.models import Run, RunStatus
+
+    said = {status: banner(Run(status=status, outcome=outcome), [], approvals_open=False)["text"]
+            for status, outcome in [(RunStatus.COMPLETED, "completed"), (RunStatus.CANCELED, "canceled"),
+                                    (RunStatus.FAILED, "budget_exceeded")]}
+    assert said == {
+        RunStatus.COMPLETED: "The agent answered and the run completed.",  # not "Completed (completed)"
+        RunStatus.CANCELED: "Stopped: a person stopped it.",
+        RunStatus.FAILED: "Failed: the run spent its token budget before an answer.",
+    }
