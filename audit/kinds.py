@@ -101,11 +101,17 @@ def kind_for_label(label: str) -> AuditKind:
 # The live admin topics a kind's committed row announces (``skald.core.live``): the queues and homes
 # follow approvals, runs and cases, proposals; the auditor's chain panel follows every row of those
 # and the heads. Loop and tool-call rows (2xx, 3xx) announce nothing here: the run page follows them
-# on the session's own websocket. One loop row does: a new session, for the console's session list.
+# on the session's own websocket. One loop row does: a new session, for the console's session list;
+# and an approval asked for or answered also tells the session list (its "waiting for an approver"
+# badges), which an operator follows without the approvals topic (the notice names nothing).
 _LIVE_TOPICS_BY_BAND: dict[int, tuple[str, ...]] = {
     1: ("audit",), 4: ("approvals", "audit"), 5: ("runs", "audit"), 6: ("proposals", "audit"),
 }
-_LIVE_TOPICS_BY_KIND: dict[AuditKind, tuple[str, ...]] = {AuditKind.SESSION_CREATED: ("sessions",)}
+_LIVE_TOPICS_BY_KIND: dict[AuditKind, tuple[str, ...]] = {
+    AuditKind.SESSION_CREATED: ("sessions",),
+    **{kind: ("approvals", "sessions", "audit") for kind in (
+        AuditKind.APPROVAL_REQUESTED, AuditKind.APPROVAL_RESOLVED, AuditKind.APPROVAL_EXPIRED)},
+}
 
 
 def live_topics(kind: AuditKind) -> tuple[str, ...]:

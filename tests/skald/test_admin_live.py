@@ -146,3 +146,19 @@ async def test_the_console_hears_a_new_session_and_nothing_of_its_turns(bob: Use
                                                 "kind": "loop.session.created"}
     assert await ws.receive_nothing()
     await ws.disconnect()
+
+
+async def test_an_approval_asked_for_tells_the_session_list_of_someone_without_the_approvals_topic(
+        bob: User) -> None:
+    """The console's "waiting for an approver" badges (issue 35): a reviewer, who may not follow
+    approvals, still hears that the session list changed when a call parks or is answered."""
+    ws = await socket("sessions", bob)
+    assert (await ws.connect())[0]
+    assert await ws.receive_json_from(WAIT) == {"type": "joined", "topics": ["sessions"]}
+    await in_thread(lambda: write(AuditKind.APPROVAL_REQUESTED))
+    assert await ws.receive_json_from(WAIT) == {"type": "changed", "topic": "sessions",
+                                                "kind": "approvals.approval.requested"}
+    await in_thread(lambda: write(AuditKind.APPROVAL_RESOLVED))
+    assert await ws.receive_json_from(WAIT) == {"type": "changed", "topic": "sessions",
+                                                "kind": "approvals.approval.resolved"}
+    await ws.disconnect()
