@@ -1,0 +1,211 @@
+"""Impact preview: recorded gate decisions re-decided under a proposed policy (pure, batched).
+
+Each recorded call is decided again by the pure engine (:func:`approvals.rules.engine.check`) with
+the rule sets the proposed document gives its user and agent: the global rules, then one set per
+group naming the user or the agent, by group name, as :func:`approvals.rules.selectors.rule_sets_for`
+builds them from the database. Nothing runs: no provider, no tool.
+
+Batching: calls whose scope selects the same groups share their rule sets, and calls with the same
+tool (and, when a rule that could match the tool has argument matchers, the same arguments) share
+one engine decision. :func:`redecide` is the call-by-call reference the differential test checks
+the batch against.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+
+from approvals.policy_doc.document import PolicyDoc, RuleDoc
+from approvals.rules.engine import SEVERITY, RuleSet, RuleView, check
+from approvals.rules.selectors import GLOBAL_SET, group_set_name
+
+# How a transition reads: "allowed → approval".
+VERDICT_WORDS: Mapping[str, str] = {"allow": "allowed", "require": "approval", "deny": "denied"}
+TOP_CALLS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedDecision:
+    """One gate decision as recorded: the call, who made it (username, agent), what it asked, the verdict."""
+
+    call_id: str
+    tool: str
+    args: Any
+    action: str
+    user: str | None
+    agent: str | None
+    arguments_hash: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ChangedCall:
+    """Calls with one tool and one argument hash whose verdict would change the same way."""
+
+    tool: str
+    arguments_hash: str
+    before: str
+    after: str
+    count: int
+    call_ids: tuple[str, ...]  # the first few, for links
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tool": self.tool, "arguments_hash": self.arguments_hash, "before": self.before, "after": self.after,
+                "transition": transition(self.before, self.after), "count": self.count, "call_ids": list(self.call_ids)}
+
+
+@dataclass(frozen=True, slots=True)
+class Impact:
+    """What a proposed policy would have decided differently over a history of recorded decisions."""
+
+    total: int
+    changed: int
+    transitions: dict[str, int]  # "allowed → approval" → count, changed calls only
+    loosened: int  # changed to a less restrictive verdict
+    tightened: int
+    top_calls: tuple[ChangedCall, ...]
+    users: dict[str, int]  # username → changed calls
+    agents: dict[str, int]
+    days: int | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    def words(self) -> list[str]:
+        span = f"in the last {self.days} days" if self.days is not None else "in the history given"
+        if not self.total:
+            return [f"No gate decisions were recorded {span}: the preview has nothing to re-decide."]
+        lines = [f"{self.changed} of {self.total} recorded calls {span} would be decided differently."]
+        if self.changed:
+            lines.append(f"{self.loosened} would loosen and {self.tightened} would tighten; "
+                         f"{len(self.users)} users and {len(self.agents)} agents are affected.")
+            lines += [f"  {name}: {count}" for name, count in self.transitions.items()]
+            lines.append("Most frequent changed calls:")
+            lines += [f"  {call.count} calls of {call.tool} ({transition(call.before, call.after)}), "
+                      f"e.g. call {', '.join(call.call_ids)}" for call in self.top_calls]
+        return lines + list(self.notes)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"days": self.days, "total": self.total, "changed": self.changed, "transitions": self.transitions,
+                "loosened": self.loosened, "tightened": self.tightened,
+                "top_calls": [call.as_dict() for call in self.top_calls], "users": self.users, "agents": self.agents,
+                "notes": list(self.notes)}
+
+
+def transition(before: str, after: str) -> str:
+    return f"{VERDICT_WORDS.get(before, before)} → {VERDICT_WORDS.get(after, after)}"
+
+
+def _views(rules: Iterable[RuleDoc], group_id: int | None, group_name: str | None) -> tuple[RuleView, ...]:
+    return tuple(RuleView(id=None, group_id=group_id, group_name=group_name, tool_pattern=r.tool,
+                          arg_matchers=dict(r.args), action=r.action, priority=r.priority, enabled=r.enabled,
+                          approval_ttl=r.approval_ttl, note=r.note) for r in rules)
+
+
+def rule_sets_for(doc: PolicyDoc, *, user: str | None, agent: str | None) -> list[RuleSet] | None:
+    """The sets the proposed document gives a call's scope (``None``: no scope, which denies)."""
+    if user is None and not agent:
+        return None
+    sets = [RuleSet(GLOBAL_SET, _views(doc.rules, None, None))]
+    for index, group in enumerate(doc.groups):
+        if (user is not None and user in group.users) or (agent and agent in group.agents):
+            sets.append(RuleSet(group_set_name(group.name), _views(group.rules, index + 1, group.name)))
+    return sets
+
+
+def redecide(record: RecordedDecision, doc: PolicyDoc) -> str:
+    """The reference: one call, decided from scratch under ``doc``."""
+    return check(record.tool, record.args, rule_sets_for(doc, user=record.user, agent=record.agent)).action
+
+
+class _Batch:
+    """The proposed policy compiled once: sets per scope signature, decisions per (signature, tool[, args])."""
+
+    def __init__(self, doc: PolicyDoc) -> None:
+        self.doc = doc
+        self.global_set = RuleSet(GLOBAL_SET, _views(doc.rules, None, None))
+        self.group_sets = [RuleSet(group_set_name(g.name), _views(g.rules, i + 1, g.name))
+                           for i, g in enumerate(doc.groups)]
+        self.by_user: dict[str, list[int]] = {}
+        self.by_agent: dict[str, list[int]] = {}
+        for index, group in enumerate(doc.groups):
+            for user in group.users:
+                self.by_user.setdefault(user, []).append(index)
+            for agent in group.agents:
+                self.by_agent.setdefault(agent, []).append(index)
+        self.sets: dict[tuple[int, ...], list[RuleSet]] = {}
+        self.args_matter: dict[tuple[tuple[int, ...], str], bool] = {}
+        self.decisions: dict[tuple[Any, ...], str] = {}
+
+    def decide(self, record: RecordedDecision) -> str:
+        if record.user is None and not record.agent:
+            return check(record.tool, record.args, None).action
+        signature = tuple(sorted(set(self.by_user.get(record.user, []) if record.user is not None else [])
+                                 | set(self.by_agent.get(record.agent, []) if record.agent else [])))
+        sets = self.sets.get(signature)
+        if sets is None:
+            sets = self.sets[signature] = [self.global_set, *(self.group_sets[i] for i in signature)]
+        tool = record.tool
+        matter_key = (signature, tool) if isinstance(tool, str) else None
+        if matter_key is None:
+            return check(tool, record.args, sets).action
+        matters = self.args_matter.get(matter_key)
+        if matters is None:
+            matters = self.args_matter[matter_key] = any(
+                rule.arg_matchers and rule.enabled and fnmatchcase(tool, rule.tool_pattern)
+                for rule_set in sets for rule in rule_set.rules)
+        key: tuple[Any, ...] = (signature, tool, _args_key(record.args)) if matters else (signature, tool)
+        if not matters and not isinstance(record.args, Mapping):
+            key = (signature, tool, _args_key(record.args))  # the engine refuses non-mapping arguments
+        found = self.decisions.get(key)
+        if found is None:
+            found = self.decisions[key] = check(tool, record.args, sets).action
+        return found
+
+
+def _args_key(args: Any) -> str:
+    try:
+        return type(args).__name__ + json.dumps(args, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return "repr:" + repr(args)
+
+
+def impact_preview(records: Iterable[RecordedDecision], doc: PolicyDoc, *, days: int | None = None) -> Impact:
+    """Counts by transition, the ten most frequent changed calls, and the users and agents affected."""
+    batch = _Batch(doc)
+    total = loosened = tightened = 0
+    transitions: Counter[str] = Counter()
+    users: Counter[str] = Counter()
+    agents: Counter[str] = Counter()
+    groups: dict[tuple[str, str, str, str], list[str]] = {}
+    counts: Counter[tuple[str, str, str, str]] = Counter()
+    for record in records:
+        total += 1
+        after = batch.decide(record)
+        before = record.action
+        if after == before:
+            continue
+        transitions[transition(before, after)] += 1
+        if SEVERITY.get(after, 2) < SEVERITY.get(before, 2):
+            loosened += 1
+        else:
+            tightened += 1
+        if record.user is not None:
+            users[record.user] += 1
+        if record.agent:
+            agents[record.agent] += 1
+        key = (str(record.tool), record.arguments_hash, before, after)
+        counts[key] += 1
+        ids = groups.setdefault(key, [])
+        if len(ids) < 3:
+            ids.append(record.call_id)
+    top = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:TOP_CALLS]
+    return Impact(
+        total=total, changed=sum(transitions.values()), transitions=dict(sorted(transitions.items())),
+        loosened=loosened, tightened=tightened,
+        top_calls=tuple(ChangedCall(tool, hash_, before, after, count, tuple(groups[(tool, hash_, before, after)]))
+                        for (tool, hash_, before, after), count in top),
+        users=dict(sorted(users.items())), agents=dict(sorted(agents.items())), days=days,
+    )
