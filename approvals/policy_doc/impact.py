@@ -5,15 +5,13 @@ the rule sets the proposed document gives its user and agent: the global rules, 
 group naming the user or the agent, by group name, as :func:`approvals.rules.selectors.rule_sets_for`
 builds them from the database. Nothing runs: no provider, no tool.
 
-Batching: calls whose scope selects the same groups share their rule sets, and calls with the same
-tool (and, when a rule that could match the tool has argument matchers, the same arguments) share
-one engine decision. :func:`redecide` is the call-by-call reference the differential test checks
-the batch against.
+Batching (:class:`_Batch`): rule sets per scope, candidate rules per (scope, tool), one decision per
+(scope, tool) when no candidate looks at arguments. :func:`redecide` is the call-by-call reference
+the differential test checks the batch against (``tests/approvals/test_policy_doc_impact.py``).
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -21,7 +19,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from approvals.policy_doc.document import PolicyDoc, RuleDoc
-from approvals.rules.engine import SEVERITY, RuleSet, RuleView, check
+from approvals.rules.engine import SEVERITY, RuleSet, RuleView, arg_lookup, arg_text, check
 from approvals.rules.selectors import GLOBAL_SET, group_set_name
 
 # How a transition reads: "allowed → approval".
@@ -120,56 +118,95 @@ def redecide(record: RecordedDecision, doc: PolicyDoc) -> str:
     return check(record.tool, record.args, rule_sets_for(doc, user=record.user, agent=record.agent)).action
 
 
+_Candidate = tuple[tuple[tuple[str, str], ...], str]  # (argument matchers, action)
+
+
 class _Batch:
-    """The proposed policy compiled once: sets per scope signature, decisions per (signature, tool[, args])."""
+    """The proposed policy compiled once for many calls.
+
+    Per scope (the groups a user and agent select) the rule sets are built once; per (scope, tool)
+    each set's candidates are the enabled rules whose pattern matches the tool, in the order the
+    engine prefers them (priority, then most restrictive, then listed first), so a call's set winner
+    is its first candidate whose argument matchers match. When no candidate has matchers the
+    decision is the same for every call of that tool and is kept. Anything unusual (a tool that is
+    not a string, arguments that are not a mapping, a rule the engine would refuse) goes to
+    :func:`approvals.rules.engine.check` itself.
+    """
 
     def __init__(self, doc: PolicyDoc) -> None:
-        self.doc = doc
         self.global_set = RuleSet(GLOBAL_SET, _views(doc.rules, None, None))
         self.group_sets = [RuleSet(group_set_name(g.name), _views(g.rules, i + 1, g.name))
                            for i, g in enumerate(doc.groups)]
-        self.by_user: dict[str, list[int]] = {}
-        self.by_agent: dict[str, list[int]] = {}
+        self.by_user: dict[str, set[int]] = {}
+        self.by_agent: dict[str, set[int]] = {}
         for index, group in enumerate(doc.groups):
             for user in group.users:
-                self.by_user.setdefault(user, []).append(index)
+                self.by_user.setdefault(user, set()).add(index)
             for agent in group.agents:
-                self.by_agent.setdefault(agent, []).append(index)
+                self.by_agent.setdefault(agent, set()).add(index)
+        self.scopes: dict[tuple[str | None, str | None], tuple[int, ...]] = {}
         self.sets: dict[tuple[int, ...], list[RuleSet]] = {}
-        self.args_matter: dict[tuple[tuple[int, ...], str], bool] = {}
-        self.decisions: dict[tuple[Any, ...], str] = {}
+        self.sound: dict[tuple[int, ...], bool] = {}
+        self.compiled: dict[tuple[tuple[int, ...], str], tuple[list[list[_Candidate]], str | None]] = {}
+
+    def _signature(self, user: str | None, agent: str | None) -> tuple[int, ...]:
+        found = self.scopes.get((user, agent))
+        if found is None:
+            groups = (self.by_user.get(user, set()) if user is not None else set()) | (
+                self.by_agent.get(agent, set()) if agent else set())
+            found = self.scopes[(user, agent)] = tuple(sorted(groups))
+        return found
+
+    def _compile(self, signature: tuple[int, ...], tool: str) -> tuple[list[list[_Candidate]], str | None]:
+        sets = self.sets[signature]
+        candidates: list[list[_Candidate]] = []
+        for rule_set in sets:
+            matching = [(rule.priority, -SEVERITY[rule.action], index, rule)
+                        for index, rule in enumerate(rule_set.rules)
+                        if rule.enabled and fnmatchcase(tool, rule.tool_pattern)]
+            matching.sort(key=lambda item: item[:3])
+            candidates.append([(tuple(item[3].arg_matchers.items()), item[3].action) for item in matching])
+        constant = None
+        if not any(matchers for per_set in candidates for matchers, _ in per_set):
+            constant = check(tool, {}, sets).action  # the arguments cannot change it
+        return candidates, constant
 
     def decide(self, record: RecordedDecision) -> str:
+        tool, args = record.tool, record.args
         if record.user is None and not record.agent:
-            return check(record.tool, record.args, None).action
-        signature = tuple(sorted(set(self.by_user.get(record.user, []) if record.user is not None else [])
-                                 | set(self.by_agent.get(record.agent, []) if record.agent else [])))
+            return check(tool, args, None).action
+        signature = self._signature(record.user, record.agent)
         sets = self.sets.get(signature)
         if sets is None:
             sets = self.sets[signature] = [self.global_set, *(self.group_sets[i] for i in signature)]
-        tool = record.tool
-        matter_key = (signature, tool) if isinstance(tool, str) else None
-        if matter_key is None:
-            return check(tool, record.args, sets).action
-        matters = self.args_matter.get(matter_key)
-        if matters is None:
-            matters = self.args_matter[matter_key] = any(
-                rule.arg_matchers and rule.enabled and fnmatchcase(tool, rule.tool_pattern)
-                for rule_set in sets for rule in rule_set.rules)
-        key: tuple[Any, ...] = (signature, tool, _args_key(record.args)) if matters else (signature, tool)
-        if not matters and not isinstance(record.args, Mapping):
-            key = (signature, tool, _args_key(record.args))  # the engine refuses non-mapping arguments
-        found = self.decisions.get(key)
-        if found is None:
-            found = self.decisions[key] = check(tool, record.args, sets).action
-        return found
+            self.sound[signature] = not check("", {}, sets).faulted
+        if not (isinstance(tool, str) and isinstance(args, Mapping) and self.sound[signature]):
+            return check(tool, args, sets).action
+        compiled = self.compiled.get((signature, tool))
+        if compiled is None:
+            compiled = self.compiled[(signature, tool)] = self._compile(signature, tool)
+        candidates, constant = compiled
+        if constant is not None:
+            return constant
+        best: str | None = None
+        try:
+            for per_set in candidates:
+                for matchers, action in per_set:
+                    if _matches(matchers, args):
+                        if best is None or SEVERITY[action] > SEVERITY[best]:
+                            best = action
+                        break
+        except Exception:  # noqa: BLE001 - whatever it is, the engine's own answer is the reference
+            return check(tool, args, sets).action
+        return best if best is not None else "deny"
 
 
-def _args_key(args: Any) -> str:
-    try:
-        return type(args).__name__ + json.dumps(args, sort_keys=True, separators=(",", ":"))
-    except (TypeError, ValueError):
-        return "repr:" + repr(args)
+def _matches(matchers: tuple[tuple[str, str], ...], args: Mapping[str, Any]) -> bool:
+    for path, glob in matchers:
+        found, value = arg_lookup(args, path)
+        if not found or not fnmatchcase(arg_text(value), glob):
+            return False
+    return True
 
 
 def impact_preview(records: Iterable[RecordedDecision], doc: PolicyDoc, *, days: int | None = None) -> Impact:
