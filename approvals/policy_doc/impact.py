@@ -78,7 +78,7 @@ class Impact:
         lines = [f"{self.changed} of {self.total} recorded calls {span} would be decided differently."]
         if self.changed:
             lines.append(f"{self.loosened} would loosen and {self.tightened} would tighten; "
-                         f"{len(self.users)} users and {len(self.agents)} agents are affected.")
+                         f"{_count(len(self.users), 'user')} and {_count(len(self.agents), 'agent')} are affected.")
             lines += [f"  {name}: {count}" for name, count in self.transitions.items()]
             lines.append("Most frequent changed calls:")
             lines += [f"  {call.count} calls of {call.tool} ({transition(call.before, call.after)}), "
@@ -90,6 +90,10 @@ class Impact:
                 "loosened": self.loosened, "tightened": self.tightened,
                 "top_calls": [call.as_dict() for call in self.top_calls], "users": self.users, "agents": self.agents,
                 "notes": list(self.notes)}
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def transition(before: str, after: str) -> str:

@@ -28,10 +28,10 @@ class Plan:
         if not self.changes:
             lines.append("No changes: the live configuration already is this document.")
         else:
-            lines.append(f"{len(self.changes)} changes:")
+            lines.append(f"{_count(len(self.changes), 'change')}:")
             lines += [f"  {change.words()}" for change in self.changes]
         if self.warnings:
-            lines.append(f"{len(self.warnings)} warnings:")
+            lines.append(f"{_count(len(self.warnings), 'warning')}:")
             lines += [f"  {w.path}: {w.message}" for w in self.warnings]
         if self.impact is not None:
             lines.append("Impact on recorded calls:")
@@ -44,6 +44,10 @@ class Plan:
                 "changes": [change.as_dict() for change in self.changes],
                 "warnings": [w.as_dict() for w in self.warnings],
                 "impact": self.impact.as_dict() if self.impact is not None else None}
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def policy_plan(doc: PolicyDoc, *, days: int | None = DEFAULT_DAYS) -> Plan:

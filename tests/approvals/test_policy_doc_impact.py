@@ -90,7 +90,7 @@ def test_the_top_calls_are_the_most_frequent_changes() -> None:
         ("write_file", 5, ("0", "1", "2")), ("deploy", 2, ("10", "11"))]
     assert impact.transitions == {"approval → allowed": 5, "denied → allowed": 2}
     assert impact.words()[:2] == ["7 of 7 recorded calls in the last 7 days would be decided differently.",
-                                  "7 would loosen and 0 would tighten; 2 users and 1 agents are affected."]
+                                  "7 would loosen and 0 would tighten; 2 users and 1 agent are affected."]
 
 
 @pytest.mark.django_db
