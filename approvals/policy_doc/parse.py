@@ -173,8 +173,9 @@ def _rule(reader: _Reader, item: Any, path: str) -> RuleDoc | None:
     priority = data.get("priority", 0)
     args = data.get("args") or {}
     ttl = data.get("approval_ttl")
-    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0):
-        reader.add(f"{path}.approval_ttl", "invalid", "Expected a whole number of seconds > 0, or nothing.")
+    # 0 is what an admin-entered zero duration exports as; the gate then waits its default.
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 0):
+        reader.add(f"{path}.approval_ttl", "invalid", "Expected a whole number of seconds ≥ 0, or nothing.")
     if isinstance(priority, int) and not isinstance(priority, bool) and priority > MAX_PRIORITY:
         reader.add(f"{path}.priority", "invalid", f"Priority must be at most {MAX_PRIORITY}.")
     problems = approval_rule_problems(tool_pattern=tool if "tool" in data else "", arg_matchers=args,

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import jsonschema
 import pytest
 import yaml
 from django.contrib.auth.models import User
 
-from approvals.models import ApprovalRule, SecurityGroup, TripwirePattern
+from approvals.models import ApprovalRule, SecurityGroup, TripwireAllowEntry, TripwirePattern
 from approvals.policy_doc.apply import PolicyChanged, policy_apply
 from approvals.policy_doc.document import digest, render
 from approvals.policy_doc.export import policy_export
@@ -17,7 +18,8 @@ from approvals.policy_doc.live import policy_live
 from approvals.policy_doc.parse import PolicyInvalid, load_text, parse
 from approvals.policy_doc.plan import policy_plan
 from approvals.policy_doc.schema import policy_schema
-from approvals.rules.services import approval_rule_save
+from approvals.rules.services import approval_rule_save, security_group_save
+from approvals.tripwires.services import tripwire_allow_save, tripwire_pattern_save
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from tests.approvals.policy_fixtures import ADMIN, configure
@@ -207,3 +209,22 @@ def test_apply_writes_one_row_naming_the_digest_beside_the_services_rows(configu
     assert json.loads(applied_row.payload) == {"digest": applied.digest, "previous_digest": previous, "changes": 1,
                                                 "by_kind": {"rule.create": 1}}
     assert policy_live() == proposed
+
+
+def test_awkward_values_survive_the_round_trip(configured: SecurityGroup) -> None:
+    approval_rule_save(actor=ADMIN, rule=ApprovalRule(
+        tool_pattern="exec*", arg_matchers={"argv.0": "[!x]*", "opts.mode": "'yes': no"}, action="deny", priority=0,
+        approval_ttl=timedelta(0), enabled=False, note="Ünïcode: « quoted » # not a comment"), changed=["created"])
+    approval_rule_save(actor=ADMIN, rule=ApprovalRule(tool_pattern="*", action="deny", priority=999_999,
+                                                      note="a twin of the catch-all's key"), changed=["created"])
+    empty = SecurityGroup(name="empty: group")
+    security_group_save(actor=ADMIN, group=empty, changed=["created"])
+    tripwire_pattern_save(actor=ADMIN, pattern=TripwirePattern(name="off", regex="x{3}", enabled=False),
+                          changed=["created"])
+    tripwire_allow_save(actor=ADMIN, entry=TripwireAllowEntry(regex="ACME-0{16}", reason="a second reason",
+                                                              enabled=False), changed=["created"])
+    text, first = policy_export()
+    jsonschema.validate(yaml.safe_load(text), policy_schema())
+    applied = policy_apply(actor=ADMIN, doc=parse(load_text(text)))
+    assert applied.changes == ()
+    assert policy_export() == (text, first)
