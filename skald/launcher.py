@@ -12,6 +12,7 @@ reads `/readyz` and replaces the qcluster when its workers are wedged anyway (`s
 from __future__ import annotations
 
 import ctypes
+import io
 import json
 import os
 import signal
@@ -88,7 +89,7 @@ def _prepare_in_process() -> int:
 
     django.setup()
     try:
-        call_command("check")
+        call_command("check", stdout=io.StringIO())  # problems go to stderr; "no issues" is not a login
     except SystemCheckError as exc:
         print(exc, file=sys.stderr)
         return 1

@@ -4,6 +4,9 @@
 // The controls follow the server's access rule (skald/sessions/access.py), which the page states in
 // its data attributes: Send shows only on a session the viewer may write to (their own, with a role
 // that converses), Stop on one they may stop (their own, or any for an operator).
+// The status line says what the open session is doing now ("Waiting for an approver", "Stopped",
+// "Done"), derived from the events the socket replays and then streams; the log speaks in words,
+// never in the kernel's labels (control:*, user:3, a payload as JSON).
 (function () {
   "use strict";
   const csrf = () => (document.cookie.match(/csrftoken=([^;]+)/) || [])[1] || "";
@@ -16,10 +19,14 @@
   const canResolve = document.body.dataset.canResolve === "1";
   const myId = Number(document.body.dataset.userId), fourEyes = document.body.dataset.fourEyes === "1";
   const canConverse = document.body.dataset.canConverse === "1", canStopAny = document.body.dataset.canStopAny === "1";
-  // endedSeq: the seq of the last exchange_settled shown. A request's answer (202 to a message, 200 to
-  // a stop) can arrive after the exchange it started or stopped has already ended on the socket; the
-  // status line then keeps "Exchange ended", never goes back to "working" or "Stop requested".
-  let session = null, socket = null, lastSeq = 0, endedSeq = 0, userSeq = 0;
+  // statusSeq: the seq of the newest event that set the status line. A request's answer (202 to a
+  // message, 200 to a stop) can arrive after the events it led to (the exchange already parked, or
+  // ended); the status line then keeps what those said, never goes back to "working" or "Stopping".
+  let session = null, socket = null, lastSeq = 0, statusSeq = 0, userSeq = 0;
+  // The reply streaming in #live is a draft until its row arrives. Deltas of an exchange that ended
+  // (or that the viewer stopped) are dropped: a stop never leaves half a message behind.
+  const ended = new Set();  // exchange ids
+  let discarded = false;  // a draft was cleared by a stop: the "Stopped" row says so
   const cards = new Map();  // request_id → card element
   const known = new Map();  // session id → the session as the API last answered it (owner, case, badge)
   const strip = window.SkaldTaskStrip.create($("tasks"), {source: "web", api, onOpen: (id) => open(id)});
@@ -60,6 +67,8 @@
   function approvalCard(event) {
     const p = event.payload, card = el("div", "card waiting");
     card.dataset.requestId = p.request_id || "";
+    card.dataset.toolCallId = p.tool_call_id || "";
+    if (p.handoff) card.dataset.handoff = "1";
     card.appendChild(el("h4", "", `Approval needed: ${p.tool || p.name} (${p.key})`));
     if (p.handoff) card.appendChild(el("div", "", `Question for a human: ${p.question}`));
     else card.appendChild(diff(p.preview));
@@ -91,16 +100,56 @@
     }
     card.appendChild(el("div", "state", canResolve ? "" : "Waiting for an approver."));
     card.appendChild(el("div", "error"));
-    if (p.request_id) cards.set(p.request_id, card);
     return card;
+  }
+
+  // An answered approval as a sentence with the approver's name ("Approved by carol — “fine”"); the
+  // server sends the name beside the principal label (by_name beside by: "user:3").
+  const ANSWERS = {approved: "Approved", rejected: "Rejected", cancelled: "Cancelled", expired: "Expired"};
+  function answerText(p) {
+    const why = p.reason ? ` — “${p.reason}”` : "";
+    if (p.status === "expired") return `Expired: nobody answered in time${why}`;
+    const who = p.by_name || p.by;
+    return `${ANSWERS[p.status] || String(p.status || "Answered").replace(/_/g, " ")}${who ? ` by ${who}` : ""}${why}`;
   }
 
   function resolved(p) {
     const card = cards.get(p.request_id);
     if (!card) return;
-    const by = p.by ? ` by ${p.by}` : "", why = p.reason ? ` — “${p.reason}”` : "";
     const cls = p.status === "approved" ? "resolved" : p.status === "cancelled" ? "cancelled" : "rejected";
-    setState(card, cls, `${p.status}${by}${why}`);
+    setState(card, cls, answerText(p));
+  }
+
+  // A handoff's answer (skald.cases.runs): the card of its call says what the human decided.
+  function handoffText(p) {
+    const note = p.note ? ` — “${p.note}”` : "";
+    return p.decision === "close" ? `A human closed the run${note}` : `A human answered; the agent continues${note}`;
+  }
+  function handedBack(p) {
+    cards.forEach((card) => {
+      if (card.classList.contains("waiting") && Number(card.dataset.toolCallId) === p.tool_call_id) {
+        setState(card, p.decision === "close" ? "cancelled" : "resolved", handoffText(p));
+      }
+    });
+  }
+
+  // The labels above the log's rows: the kernel's journal kinds as words.
+  const LABELS = {
+    "control:approval_requested": "Approval requested", "control:approval_resolved": "Approval answered",
+    "control:exchange_settled": "Exchange ended", "control:handoff": "Handoff answered",
+    "control:compaction_probe": "Compaction probe", "control:compaction_quota": "Compaction limit",
+    "canceled": "Stop",
+  };
+  function label(kind) {
+    if (LABELS[kind]) return LABELS[kind];
+    if (!kind.startsWith("control:")) return kind;
+    const words = kind.slice("control:".length).replace(/_/g, " ");
+    return words.charAt(0).toUpperCase() + words.slice(1);
+  }
+  // A payload no row above knows, as "key: value" lines rather than JSON.
+  function payloadText(p) {
+    return Object.entries(p).map(([key, value]) =>
+      `${key.replace(/_/g, " ")}: ${typeof value === "string" ? value : JSON.stringify(value)}`).join("\n");
   }
 
   // A compaction is shown inline where it happened: what it covered, its summary, then its probe score.
@@ -123,10 +172,53 @@
     return box;
   }
 
-  // A request's answer, unless the socket already showed the exchange end it led to (a row after
-  // ``mark``, the last seq seen when the request was sent).
+  // The status line: the open session and what it is doing now.
+  function say(text) {
+    $("status").textContent = session ? `Session #${session}${text ? ` · ${text}` : ""}` : text;
+  }
+  // The status an event leaves (``seq`` then counts as the newest said).
+  function sayAt(text, seq) {
+    statusSeq = Math.max(statusSeq, seq || 0);
+    say(text);
+  }
+  // A request's answer, unless the socket already showed where it led (a row after ``mark``, the
+  // last seq seen when the request was sent).
   function pending(text, mark) {
-    if (endedSeq <= mark) $("status").textContent = text;
+    if (statusSeq <= mark) say(text);
+  }
+
+  const OUTCOMES = {
+    completed: "Done", canceled: "Stopped", turn_cap_reached: "Ended: the agent reached its turn limit",
+    budget_exceeded: "Ended: the token budget ran out", provider_failed: "Failed: the model provider did not answer",
+  };
+  function waitingFor() {  // the calls still waiting on a card: an approver's answer, or a human's
+    const open = [...cards.values()].filter((card) => card.classList.contains("waiting"));
+    if (open.some((card) => !card.dataset.handoff)) return "Waiting for an approver";
+    return open.length ? "Waiting for a human" : "";
+  }
+
+  // What the session is doing after ``event``, for the status line ("" when it changes nothing).
+  function statusAfter(event) {
+    const p = event.payload || {};
+    switch (event.kind) {
+      case "control:approval_requested": return waitingFor() || "Waiting for an approver";
+      case "control:approval_resolved":  // a cancelled one belongs to a stop, which says "Stopped" itself
+        return p.status === "cancelled" ? "" : waitingFor() || `${answerText(p)}; the agent continues`;
+      case "control:handoff": return waitingFor() || (p.decision === "close" ? "Closed by a human" : "A human answered; the agent continues");
+      case "control:exchange_parked": return waitingFor() || (p.question ? "Waiting for a human" : "Waiting for an approver");
+      case "canceled": return "Stopped";
+      case "control:exchange_settled": return OUTCOMES[p.outcome] || `Ended: ${String(p.outcome).replace(/_/g, " ")}`;
+      case "user": case "assistant": case "tool_result": case "subagent_result": case "control:tool_intent":
+      case "control:tool_done": case "control:frame_opened": case "control:frame_closed":
+        return waitingFor() || "The agent is working";
+      default: return "";
+    }
+  }
+
+  // The draft goes (a stop, or its exchange ended without a row for it).
+  function dropDraft() {
+    if ($("live").textContent) discarded = true;
+    $("live").textContent = "";
   }
 
   function show(event) {
@@ -135,6 +227,7 @@
     const p = event.payload || {};
     if (event.type === "task.update") { strip.update(p); return; }  // the task strip, not the log
     if (event.type === "turn.delta") {  // the reply as it streams: its newest lines in view
+      if (ended.has(event.exchange)) return;  // late words of an exchange that ended or was stopped
       const live = $("live");
       live.textContent += event.text || "";
       live.scrollTop = live.scrollHeight;
@@ -146,21 +239,29 @@
       if (!following()) load();  // the session's "approval waiting" badge (the live socket says so when joined)
       return;
     }
-    if (event.type === "stop.accepted") { pending("Stop requested.", userSeq); return; }  // unless it ended already
+    if (event.type === "stop.accepted") { pending("Stopping…", userSeq); return; }  // unless it ended already
     if (event.type === "error") {
       const card = event.request_id && cards.get(event.request_id);
       if (card) {
         card.querySelector(".error").textContent = `${event.message} (${event.code})`;
         card.querySelectorAll(".actions button").forEach((x) => { x.disabled = false; });
-      } else $("status").textContent = `${event.code}: ${event.message}`;
+      } else say(`${event.code}: ${event.message}`);
       return;
     }
     if (event.kind === "control:approval_resolved") resolved(p);
+    if (event.kind === "control:handoff") handedBack(p);
+    if (event.kind === "canceled" || event.kind === "control:exchange_settled") {
+      if (event.exchange) ended.add(event.exchange);
+      dropDraft();
+    }
     // This session's badge changes: re-read the list (an operator's live socket does not carry approvals).
     if (["control:approval_requested", "control:approval_resolved", "canceled"].includes(event.kind)) reloadSoon();
     if (event.kind === "canceled") {
       cards.forEach((card) => { if (card.classList.contains("waiting")) setState(card, "cancelled", "Cancelled: the exchange was stopped."); });
     }
+    if (event.kind === "control:approval_requested") cards.set(p.request_id || `call:${p.tool_call_id}`, approvalCard(event));
+    const now = event.kind && statusAfter(event);
+    if (now) sayAt(now, event.seq);
     if (event.kind && event.kind.startsWith("control:") && !["control:approval_requested", "control:approval_resolved", "control:exchange_settled", "control:handoff",
       "control:compaction_probe", "control:compaction_quota"].includes(event.kind)) return;
     const li = el("li", `ev ev-${(event.kind || event.type || "event").replace(/[^a-z0-9_-]+/gi, "-")}`);
@@ -168,25 +269,26 @@
       li.classList.add("nested");
       li.appendChild(el("span", "frame", event.narrative.split(":").slice(0, 2).join(":")));
     }
-    li.appendChild(el("span", "kind", event.kind || event.type));
+    li.appendChild(el("span", "kind", label(event.kind || event.type)));
     if (event.kind === "user") li.appendChild(el("span", "user", p.content));
     else if (event.kind === "assistant") {
       $("live").textContent = "";
       const said = [p.content || "", ...(p.tool_calls || []).map((c) => `→ ${callText(c)}`)].filter(Boolean);
       li.appendChild(el("span", "assistant", said.join("\n")));
     } else if (event.kind === "tool_result") li.appendChild(el("span", "tool", `[${p.status}] ${p.name}: ${p.content}`));
-    else if (event.kind === "control:approval_requested") li.appendChild(approvalCard(event));
-    else if (event.kind === "control:approval_resolved") li.appendChild(el("span", "tool", `${p.status} by ${p.by || "?"}${p.reason ? ` — “${p.reason}”` : ""}`));
-    else if (event.kind === "control:exchange_settled") {
-      li.appendChild(el("span", "tool", `exchange ended: ${p.outcome}`));
-      $("status").textContent = `Exchange ended: ${p.outcome}`;
-      endedSeq = Math.max(endedSeq, event.seq || 0);
+    else if (event.kind === "control:approval_requested") li.appendChild(cards.get(p.request_id || `call:${p.tool_call_id}`));
+    else if (event.kind === "control:approval_resolved") li.appendChild(el("span", "tool", answerText(p)));
+    else if (event.kind === "control:handoff") li.appendChild(el("span", "tool", handoffText(p)));
+    else if (event.kind === "canceled") {
+      li.appendChild(el("span", "tool", `Stopped: ${p.reason || "stop requested"}.${discarded ? " The unfinished reply was discarded." : ""}`));
+      discarded = false;
     }
+    else if (event.kind === "control:exchange_settled") li.appendChild(el("span", "tool", `exchange ended: ${String(p.outcome).replace(/_/g, " ")}`));
     else if (event.kind === "subagent_result") li.appendChild(el("span", "tool", `[${p.outcome}] ${p.agent}: ${p.content}`));
     else if (event.type === "compaction" || event.type === "compaction.probe" || event.type === "compaction.quota") {
       li.classList.add("compaction"); li.appendChild(compactionMarker(event));
     }
-    else li.appendChild(el("span", "tool", JSON.stringify(p)));
+    else li.appendChild(el("span", "tool", payloadText(p)));
     append(li);
   }
 
@@ -198,7 +300,7 @@
     socket.onmessage = (m) => show(JSON.parse(m.data));
     socket.onclose = (e) => {
       if (session !== current) return;
-      if (e.code >= 4400 && e.code < 4500) { $("status").textContent = `This session cannot be opened (${e.code}).`; return; }
+      if (e.code >= 4400 && e.code < 4500) { say(`This session cannot be opened (${e.code}).`); return; }
       setTimeout(() => session === current && connect(), 1000);
     };
   }
@@ -230,8 +332,9 @@
   }
 
   async function open(id) {
-    session = id; lastSeq = 0; endedSeq = 0; userSeq = 0; cards.clear(); $("events").innerHTML = ""; $("live").textContent = "";
-    $("status").textContent = `Session #${id}`;
+    session = id; lastSeq = 0; statusSeq = 0; userSeq = 0; cards.clear(); ended.clear(); discarded = false;
+    $("events").innerHTML = ""; $("live").textContent = "";
+    say("");  // "Session #N", until its events say what it is doing
     strip.load();
     document.querySelectorAll("#sessions li").forEach((li) => li.classList.toggle("current", li.dataset.id == id));
     connect();
@@ -291,14 +394,19 @@
     e.preventDefault(); if (!session || !$("message")) return;
     const mark = lastSeq;
     const r = await api(`/api/sessions/${session}/messages/`, {method: "POST", body: JSON.stringify({content: $("message").value})});
-    if (r.status === 202) pending("Sent; the agent is working.", mark); else $("status").textContent = problem(r.body, r.status);
+    if (r.status === 202) pending("Sent; the agent is working", mark); else say(problem(r.body, r.status));
     if (r.status === 202) $("message").value = "";
   };
   if ($("stop")) $("stop").onclick = async () => {
     if (!session) return;
-    const mark = lastSeq;
+    const mark = lastSeq, id = session;
     const r = await api(`/api/sessions/${session}/stop/`, {method: "POST"});
-    if (r.ok) pending("Stop requested.", mark); else $("status").textContent = problem(r.body, r.status);
+    if (!r.ok) { say(problem(r.body, r.status)); return; }
+    if (!r.body || !r.body.id) { pending("Nothing was running", mark); return; }
+    // The draft goes at once, and the words still on their way are dropped: a stopped reply is not
+    // left half written. The socket's "canceled" row then says it was stopped.
+    if (session === id) { ended.add(r.body.id); dropDraft(); }
+    pending("Stopping…", mark);
   };
   // The list follows the admin live socket (static/skald/live.js): a session created or an approval
   // parked or answered anywhere announces its topic once committed, and the list re-reads what this

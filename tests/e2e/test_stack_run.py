@@ -92,6 +92,8 @@ def test_sigterm_leaves_no_process_and_a_restart_reuses_the_data(stack: Stack, l
     stack.stop()  # asserts exit 0 and no daphne / qcluster process left
 
     again = launch_stack(var_dir=stack.var_dir)
+    # The seed's report is part of the banner, printed once the launcher's own probe answers.
+    wait_for(lambda: "Skald is running." in again.log(), timeout=5, what="the restarted launcher's banner")
     assert "users existed already" in again.log()
     assert f"Demo case: #{first_case.group(1)}\n" in again.log()  # the same case, not a second one
     with again.http(token) as operator:  # the embedded secret key survived under var/ too

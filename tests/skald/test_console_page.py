@@ -10,6 +10,7 @@ import pytest
 from django.test import Client
 
 from approvals.models import ApprovalStatus, PendingApproval
+from approvals.pending.services import pending_approval_resolve
 from approvals.rules.seed import default_rules_ensure
 from audit.actors import Actor
 from loop.providers.loopback import tool_turn
@@ -115,3 +116,22 @@ def test_the_session_list_marks_a_session_waiting_for_an_approver(api, alice, sc
 
     PendingApproval.objects.filter(session=asking).update(status=ApprovalStatus.APPROVED)  # answered: no badge
     assert api(alice).get(f"/api/sessions/{asking.pk}/").json()["awaiting_approval"] is False
+
+
+def test_an_answered_approval_reaches_the_console_with_the_approvers_name(
+        api, alice, carol, script, settings, tmp_path, django_capture_on_commit_callbacks):
+    """The console's card and log row read ``by_name`` ("carol"), never the principal label ``by``
+    ("user:3"), from the session's ``control:approval_resolved`` row (issue 35)."""
+    settings.SKALD_SYNC_TASKS = True
+    settings.SKALD_WORKSPACE_ROOT = tmp_path / "workspaces"
+    default_rules_ensure()
+    session = services.session_create(user=alice, title="asks")
+    script(tool_turn(("write_file", {"path": "r.md", "content": "x"})))
+    with django_capture_on_commit_callbacks(execute=True):
+        services.session_message_submit(user=alice, session=session, content="write it")
+    approval = PendingApproval.objects.get(session=session, status=ApprovalStatus.PENDING)
+    pending_approval_resolve(resolver=carol, decision="reject", reason="not now", request_id=approval.request_id)
+
+    events = api(alice).get(f"/api/sessions/{session.pk}/events/").json()["results"]
+    (answer,) = [e["payload"] for e in events if e["kind"] == "control:approval_resolved"]
+    assert (answer["by_name"], answer["by"], answer["status"]) == ("carol", f"user:{carol.pk}", "rejected")
