@@ -2,7 +2,7 @@
 the document's digest.
 
 Every item's write is its own service (``approval_rule_save``, ``security_group_save``,
-``tripwire_pattern_save`` …), so validation and per-item audit rows are exactly the admin's; they
+``agent_save``, ``tripwire_pattern_save`` …), so validation and per-item audit rows are exactly the admin's; they
 nest in this transaction, and anything refused rolls the whole document back.
 """
 
@@ -17,7 +17,7 @@ from django.db import connection, transaction
 
 from approvals.models import ApprovalRule, SecurityGroup, TripwireAllowEntry, TripwirePattern
 from approvals.policy_doc.diff import Change, policy_diff
-from approvals.policy_doc.document import AllowDoc, GroupDoc, PatternDoc, PolicyDoc, RuleDoc, digest
+from approvals.policy_doc.document import AgentDoc, AllowDoc, GroupDoc, PatternDoc, PolicyDoc, RuleDoc, digest
 from approvals.policy_doc.live import policy_live
 from approvals.policy_doc.members import members_resolve
 from approvals.policy_doc.parse import PolicyInvalid, Problem
@@ -36,7 +36,9 @@ from approvals.tripwires.services import (
 from audit.actors import Actor
 from audit.kinds import AuditKind
 from audit.services import audit_append
+from skald.agents.services import agent_save
 from skald.core.errors import SkaldError
+from skald.models import Agent
 
 # pg_advisory_xact_lock key: "policy" in ASCII. Two applies serialise on it, so the second reads the
 # first's result before it compares digests (SQLite serialises every write transaction anyway).
@@ -116,6 +118,8 @@ class _Writer:
                 self._group(change)
             case "rule":
                 self._rule(change)
+            case "agent":
+                self._agent(change)
             case "tripwire_pattern":
                 self._pattern(change)
             case "tripwire_allow":
@@ -152,6 +156,15 @@ class _Writer:
         rule.note = new.note
         approval_rule_save(actor=self.actor, rule=rule,
                            changed=["created"] if change.op == "create" else list(change.fields))
+
+    def _agent(self, change: Change) -> None:
+        new: AgentDoc = change.new
+        agent = Agent.objects.get(pk=change.old.row_id)
+        agent.allowed_tools = list(new.tools)
+        agent.bounds = dict(new.bounds)
+        agent.exec_allowlist = None if new.exec_allowlist is None else list(new.exec_allowlist)
+        fields = {"tools": "allowed_tools", "bounds": "bounds", "exec_allowlist": "exec_allowlist"}
+        agent_save(actor=self.actor, agent=agent, changed=[fields[name] for name in change.fields])
 
     def _pattern(self, change: Change) -> None:
         if change.op == "delete":

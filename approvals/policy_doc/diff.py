@@ -12,10 +12,10 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from approvals.policy_doc.document import AllowDoc, GroupDoc, PatternDoc, PolicyDoc, RuleDoc
+from approvals.policy_doc.document import AgentDoc, AllowDoc, GroupDoc, PatternDoc, PolicyDoc, RuleDoc
 
 Op = Literal["create", "update", "delete"]
-Subject = Literal["group", "rule", "tripwire_pattern", "tripwire_allow"]
+Subject = Literal["group", "rule", "agent", "tripwire_pattern", "tripwire_allow"]
 RULE_FIELDS = ("action", "priority", "approval_ttl", "enabled", "note")
 T = TypeVar("T", RuleDoc, AllowDoc)
 
@@ -59,6 +59,9 @@ class Change:
                 return f"Delete security group {self.group!r} with its {len(self.old.rules)} rules"
             return f"Change security group {self.group!r}: " + "; ".join(_member_changes(self.old, self.new)) \
                 + f" ({self.path})"
+        if self.subject == "agent":
+            return f"Change agent {self.new.name!r}: " + "; ".join(_agent_changes(self.old, self.new)) \
+                + f" ({self.path})"
         if self.subject == "tripwire_pattern":
             name = (self.new or self.old).name
             text = f"{verb} tripwire pattern org:{name}"
@@ -101,8 +104,36 @@ def policy_diff(live: PolicyDoc, proposed: PolicyDoc) -> list[Change]:
         rule_changes += _rule_changes(group_name, live_sets.get(group_name, ()), rules)
     # A deleted group's rules go with it (security_group_delete records them in its audit row).
     rule_changes.sort(key=lambda c: {"delete": 0, "update": 1, "create": 2}[c.op])
-    return [*group_changes, *rule_changes, *group_deletes, *_pattern_changes(live.patterns, proposed.patterns),
-            *_allow_changes(live.allow, proposed.allow)]
+    return [*group_changes, *rule_changes, *group_deletes, *_agent_updates(live.agents, proposed.agents),
+            *_pattern_changes(live.patterns, proposed.patterns), *_allow_changes(live.allow, proposed.allow)]
+
+
+AGENT_FIELDS = ("tools", "bounds", "exec_allowlist")
+
+
+def _agent_updates(live: Sequence[AgentDoc], new: Sequence[AgentDoc]) -> list[Change]:
+    """Agents are only ever updated: the document cannot create or delete one (see ``members``)."""
+    old_by_name = {a.name: a for a in live}
+    return [Change("update", "agent", None, old, agent, tuple(f for f in AGENT_FIELDS
+                                                            if getattr(old, f) != getattr(agent, f)))
+            for agent in new if (old := old_by_name.get(agent.name)) is not None and old != agent]
+
+
+def _agent_changes(old: AgentDoc, new: AgentDoc) -> list[str]:
+    parts: list[str] = []
+    if old.tools != new.tools:
+        added = [f"+{t}" for t in new.tools if t not in old.tools]
+        removed = [f"-{t}" for t in old.tools if t not in new.tools]
+        parts.append("tools " + (" ".join(added + removed) or "reordered"))
+    if old.bounds != new.bounds:
+        before, after = dict(old.bounds), dict(new.bounds)
+        shown = [f"{k} {_bound(before, k)} → {_bound(after, k)}" for k in sorted(set(before) | set(after))
+                 if _bound(before, k) != _bound(after, k)]
+        parts.append("bounds " + ", ".join(shown))
+    if old.exec_allowlist != new.exec_allowlist:
+        parts.append("exec allow-list " + ("the parent's" if new.exec_allowlist is None
+                                           else ", ".join(new.exec_allowlist) or "nothing"))
+    return parts
 
 
 def _pair(live: Sequence[T], new: Sequence[T], key: Callable[[T], Hashable]
@@ -175,6 +206,10 @@ def _member_changes(old: GroupDoc, new: GroupDoc) -> list[str]:
     if old.description != new.description:
         parts.append("description")
     return parts
+
+
+def _bound(bounds: dict[str, Any], name: str) -> str:
+    return _show(bounds[name]) if name in bounds else "default"
 
 
 def _where(group: str | None) -> str:

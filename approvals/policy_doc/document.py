@@ -1,9 +1,10 @@
 """The policy document as typed values, its canonical YAML and its digest (pure).
 
 Canonical means: every list in a fixed order (global rules, then groups by name with their rules;
-rules by priority, then most restrictive first, then content; members by name; tripwire patterns by
-name; allow-list entries by pattern), fields in a fixed order, defaults left out. Two documents with
-the same meaning render to the same bytes, so the digest names a policy, not a file's formatting.
+rules by priority, then most restrictive first, then content; members by name; agents by name, each
+agent's tools in its own order; tripwire patterns by name; allow-list entries by pattern), fields in
+a fixed order, defaults left out. Two documents with the same meaning render to the same bytes, so
+the digest names a policy, not a file's formatting.
 """
 
 from __future__ import annotations
@@ -80,6 +81,28 @@ class GroupDoc:
 
 
 @dataclass(frozen=True, slots=True)
+class AgentDoc:
+    """An agent's governance settings: the tools it may use, its bounds (the default budget among
+    them) and the programs it may run as a child. Agents are created in the admin; the document
+    changes these settings only, and must list every agent."""
+
+    name: str
+    tools: tuple[str, ...] = ()  # in the agent's own order
+    bounds: tuple[tuple[str, Any], ...] = ()  # sorted by bound name
+    exec_allowlist: tuple[str, ...] | None = None  # None: its parent's
+    path: str = field(default="", compare=False)
+    row_id: int | None = field(default=None, compare=False)
+
+    def as_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"name": self.name, "tools": list(self.tools)}
+        if self.bounds:
+            data["bounds"] = dict(self.bounds)
+        if self.exec_allowlist is not None:
+            data["exec_allowlist"] = list(self.exec_allowlist)
+        return data
+
+
+@dataclass(frozen=True, slots=True)
 class PatternDoc:
     """An organisation's tripwire pattern (its name is its identity)."""
 
@@ -134,12 +157,14 @@ class PolicyDoc:
     groups: tuple[GroupDoc, ...] = ()
     patterns: tuple[PatternDoc, ...] = ()
     allow: tuple[AllowDoc, ...] = ()
+    agents: tuple[AgentDoc, ...] = ()
 
     def as_data(self) -> dict[str, Any]:
         return {
             "version": VERSION,
             "rules": [rule.as_data() for rule in self.rules],
             "groups": [group.as_data() for group in self.groups],
+            "agents": [agent.as_data() for agent in self.agents],
             "tripwires": {"patterns": [p.as_data() for p in self.patterns],
                           "allow": [a.as_data() for a in self.allow]},
         }
@@ -155,7 +180,8 @@ def sorted_rules(rules: list[RuleDoc] | tuple[RuleDoc, ...]) -> tuple[RuleDoc, .
 
 def policy_doc(*, rules: list[RuleDoc] | tuple[RuleDoc, ...] = (), groups: list[GroupDoc] | tuple[GroupDoc, ...] = (),
                patterns: list[PatternDoc] | tuple[PatternDoc, ...] = (),
-               allow: list[AllowDoc] | tuple[AllowDoc, ...] = ()) -> PolicyDoc:
+               allow: list[AllowDoc] | tuple[AllowDoc, ...] = (),
+               agents: list[AgentDoc] | tuple[AgentDoc, ...] = ()) -> PolicyDoc:
     """A document with every list in canonical order."""
     canonical_groups = tuple(
         GroupDoc(name=g.name, description=g.description, users=tuple(sorted(g.users)), agents=tuple(sorted(g.agents)),
@@ -164,7 +190,8 @@ def policy_doc(*, rules: list[RuleDoc] | tuple[RuleDoc, ...] = (), groups: list[
     )
     return PolicyDoc(rules=sorted_rules(rules), groups=canonical_groups,
                      patterns=tuple(sorted(patterns, key=lambda p: p.name)),
-                     allow=tuple(sorted(allow, key=AllowDoc.sort_key)))
+                     allow=tuple(sorted(allow, key=AllowDoc.sort_key)),
+                     agents=tuple(sorted(agents, key=lambda a: a.name)))
 
 
 class _Dumper(yaml.SafeDumper):

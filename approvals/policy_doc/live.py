@@ -1,9 +1,10 @@
-"""The live governance configuration as a :class:`PolicyDoc` (a selector: six queries)."""
+"""The live governance configuration as a :class:`PolicyDoc` (a selector: seven queries)."""
 
 from __future__ import annotations
 
 from approvals.models import ApprovalRule, SecurityGroup, TripwireAllowEntry, TripwirePattern
-from approvals.policy_doc.document import AllowDoc, GroupDoc, PatternDoc, PolicyDoc, RuleDoc, policy_doc
+from approvals.policy_doc.document import AgentDoc, AllowDoc, GroupDoc, PatternDoc, PolicyDoc, RuleDoc, policy_doc
+from skald.models import Agent
 
 
 def _rule_doc(rule: ApprovalRule) -> RuleDoc:
@@ -32,4 +33,11 @@ def policy_live() -> PolicyDoc:
                            row_id=p.pk) for p in TripwirePattern.objects.order_by("name")]
     allow = [AllowDoc(regex=a.regex, reason=a.reason, enabled=a.enabled, row_id=a.pk)
              for a in TripwireAllowEntry.objects.order_by("id")]
-    return policy_doc(rules=by_group[None], groups=groups, patterns=patterns, allow=allow)
+    agents = [
+        AgentDoc(name=agent.name, tools=tuple(str(t) for t in agent.allowed_tools or ()),
+                 bounds=tuple(sorted((agent.bounds or {}).items())),
+                 exec_allowlist=None if agent.exec_allowlist is None else tuple(str(p) for p in agent.exec_allowlist),
+                 row_id=agent.pk)
+        for agent in Agent.objects.order_by("name")
+    ]
+    return policy_doc(rules=by_group[None], groups=groups, patterns=patterns, allow=allow, agents=agents)

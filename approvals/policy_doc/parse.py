@@ -14,9 +14,20 @@ from typing import Any
 
 import yaml
 
-from approvals.policy_doc.document import VERSION, AllowDoc, GroupDoc, PatternDoc, PolicyDoc, RuleDoc, policy_doc
+from approvals.policy_doc.document import (
+    VERSION,
+    AgentDoc,
+    AllowDoc,
+    GroupDoc,
+    PatternDoc,
+    PolicyDoc,
+    RuleDoc,
+    policy_doc,
+)
 from approvals.rules.services import approval_rule_problems
 from approvals.tripwires.services import tripwire_allow_problems, tripwire_pattern_problems
+from loop.bounds import Bounds
+from loop.errors import HarnessError
 from skald.core.errors import SkaldError
 
 MAX_PRIORITY = 2_147_483_647  # the column is a PositiveIntegerField
@@ -124,7 +135,7 @@ def parse(data: Any) -> PolicyDoc:
         PolicyInvalid: ``policy_invalid`` (400), every problem with its path.
     """
     reader = _Reader()
-    top = reader.mapping(data, "$", required=("version",), optional=("rules", "groups", "tripwires"))
+    top = reader.mapping(data, "$", required=("version",), optional=("rules", "groups", "agents", "tripwires"))
     if top is None:
         raise PolicyInvalid(reader.problems)
     if "version" in top and top["version"] != VERSION:
@@ -140,6 +151,14 @@ def parse(data: Any) -> PolicyDoc:
             reader.add(f"{path}.name", "duplicate", f"A group named {group.name!r} is already defined.")
         seen_groups.add(group.name)
         groups.append(group)
+    agents: list[AgentDoc] = []
+    for path, item in reader.items(top.get("agents"), "agents"):
+        agent = _agent(reader, item, path)
+        if agent is None:
+            continue
+        if any(a.name == agent.name for a in agents):
+            reader.add(f"{path}.name", "duplicate", f"The agent {agent.name!r} is already listed.")
+        agents.append(agent)
     patterns: list[PatternDoc] = []
     allow: list[AllowDoc] = []
     tripwires = top.get("tripwires")
@@ -159,7 +178,8 @@ def parse(data: Any) -> PolicyDoc:
                      if (a := _allow(reader, item, path)) is not None]
     if reader.problems:
         raise PolicyInvalid(reader.problems)
-    return policy_doc(rules=[r for r in rules if r is not None], groups=groups, patterns=patterns, allow=allow)
+    return policy_doc(rules=[r for r in rules if r is not None], groups=groups, patterns=patterns, allow=allow,
+                      agents=agents)
 
 
 def _rule(reader: _Reader, item: Any, path: str) -> RuleDoc | None:
@@ -212,6 +232,39 @@ def _group(reader: _Reader, item: Any, path: str) -> GroupDoc | None:
         return None
     return GroupDoc(name=name, description=description, users=users, agents=agents,
                     rules=tuple(r for r in rules if r is not None), path=path)
+
+
+def _agent(reader: _Reader, item: Any, path: str) -> AgentDoc | None:
+    data = reader.mapping(item, path, required=("name",), optional=("tools", "bounds", "exec_allowlist"))
+    if data is None:
+        return None
+    before = len(reader.problems)
+    name = reader.string(data, "name", path, max_length=64)
+    tools = _strings(reader, data.get("tools"), f"{path}.tools")
+    bounds = data.get("bounds") or {}
+    if not isinstance(bounds, Mapping):
+        reader.add(f"{path}.bounds", "type", f"Expected a mapping, got {_type(bounds)}.")
+    else:
+        try:
+            Bounds().override(bounds)  # what the agent service checks
+        except HarnessError as exc:
+            reader.add(f"{path}.bounds", "invalid", f"{exc}.")
+    allowlist = data.get("exec_allowlist")
+    programs = None if allowlist is None else _strings(reader, allowlist, f"{path}.exec_allowlist")
+    if len(reader.problems) > before:
+        return None
+    return AgentDoc(name=name, tools=tools, bounds=tuple(sorted(dict(bounds).items())), exec_allowlist=programs,
+                    path=path)
+
+
+def _strings(reader: _Reader, value: Any, path: str) -> tuple[str, ...]:
+    found: list[str] = []
+    for item_path, item in reader.items(value, path):
+        if isinstance(item, str) and item:
+            found.append(item)
+        else:
+            reader.add(item_path, "type", f"Expected a name, got {_type(item)}.")
+    return tuple(found)
 
 
 def _pattern(reader: _Reader, item: Any, path: str) -> PatternDoc | None:

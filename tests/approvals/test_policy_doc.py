@@ -22,6 +22,7 @@ from approvals.rules.services import approval_rule_save, security_group_save
 from approvals.tripwires.services import tripwire_allow_save, tripwire_pattern_save
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
+from skald.models import Agent
 from tests.approvals.policy_fixtures import ADMIN, configure
 
 pytestmark = [pytest.mark.django_db, pytest.mark.db_sensitive]
@@ -228,3 +229,52 @@ def test_awkward_values_survive_the_round_trip(configured: SecurityGroup) -> Non
     applied = policy_apply(actor=ADMIN, doc=parse(load_text(text)))
     assert applied.changes == ()
     assert policy_export() == (text, first)
+
+
+def test_agents_tools_and_bounds_are_governed_by_the_document(configured: SecurityGroup) -> None:
+    text, _ = policy_export()
+    agents = yaml.safe_load(text)["agents"]
+    index = next(i for i, a in enumerate(agents) if a["name"] == "troubleshooter")
+    assert "execute_task" in agents[index]["tools"]
+
+    def change(data: dict) -> None:
+        data["agents"][index]["tools"].remove("execute_task")
+        data["agents"][index]["bounds"] = {"max_turns": 5, "budget_tokens": 20000}
+        data["agents"][index]["exec_allowlist"] = ["ls"]
+
+    proposed = parse(load_text(edited(text, change)))
+    [words] = [c.words() for c in policy_plan(proposed, days=None).changes]
+    assert words == ("Change agent 'troubleshooter': tools -execute_task; bounds budget_tokens default → 20000, "
+                     f"max_turns default → 5; exec allow-list ls (agents[{index}])")
+    last = AuditEvent.objects.order_by("-seq").values_list("seq", flat=True).first()
+    policy_apply(actor=ADMIN, doc=proposed)
+    agent = Agent.objects.get(name="troubleshooter")
+    assert "execute_task" not in agent.allowed_tools and agent.bounds == {"max_turns": 5, "budget_tokens": 20000}
+    assert agent.exec_allowlist == ["ls"]
+    [row] = AuditEvent.objects.filter(seq__gt=last, kind=AuditKind.AGENT_CHANGED)
+    assert json.loads(row.payload)["changed"] == ["allowed_tools", "bounds", "exec_allowlist"]
+    assert policy_export()[0] == render(proposed)
+
+
+def test_a_document_lists_every_agent_and_only_agents_that_exist(configured: SecurityGroup) -> None:
+    text, live_digest = policy_export()
+
+    def change(data: dict) -> None:
+        data["agents"].pop(0)
+        data["agents"].append({"name": "ghost", "tools": []})
+
+    with pytest.raises(PolicyInvalid) as caught:
+        policy_apply(actor=ADMIN, doc=parse(load_text(edited(text, change))))
+    codes = {(p["path"], p["code"]) for p in caught.value.extra["problems"]}
+    first = yaml.safe_load(text)["agents"][0]["name"]
+    assert codes == {(f"agents[{len(yaml.safe_load(text)['agents']) - 1}].name", "unknown_agent"),
+                     ("agents", "missing_agent")}
+    assert first in caught.value.message or any(first in p["message"] for p in caught.value.extra["problems"])
+    assert policy_export()[1] == live_digest
+
+
+def test_bounds_the_loop_would_refuse_are_named_by_path() -> None:
+    with pytest.raises(PolicyInvalid) as caught:
+        parse(load_text("version: 1\nagents: [{name: a, bounds: {max_turns: 0}}, {name: b, bounds: {speed: 3}}]\n"))
+    assert [(p.path, p.code) for p in caught.value.problems] == [("agents[0].bounds", "invalid"),
+                                                                 ("agents[1].bounds", "invalid")]
