@@ -13,7 +13,7 @@ the differential test checks the batch against (``tests/approvals/test_policy_do
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
@@ -25,6 +25,8 @@ from approvals.rules.selectors import GLOBAL_SET, group_set_name
 # How a transition reads: "allowed → approval".
 VERDICT_WORDS: Mapping[str, str] = {"allow": "allowed", "require": "approval", "deny": "denied"}
 TOP_CALLS = 10
+# Call id → where a reader can see the call (the composition layer knows the admin's URLs).
+Linker = Callable[[str], str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +53,13 @@ class ChangedCall:
     count: int
     call_ids: tuple[str, ...]  # the first few, for links
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"tool": self.tool, "arguments_hash": self.arguments_hash, "before": self.before, "after": self.after,
-                "transition": transition(self.before, self.after), "count": self.count, "call_ids": list(self.call_ids)}
+    def as_dict(self, link: Linker | None = None) -> dict[str, Any]:
+        data = {"tool": self.tool, "arguments_hash": self.arguments_hash, "before": self.before, "after": self.after,
+                "transition": transition(self.before, self.after), "count": self.count,
+                "call_ids": list(self.call_ids)}
+        if link is not None:
+            data["links"] = [link(call_id) for call_id in self.call_ids]
+        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +77,7 @@ class Impact:
     days: int | None = None
     notes: tuple[str, ...] = field(default=())
 
-    def words(self) -> list[str]:
+    def words(self, link: Linker | None = None) -> list[str]:
         span = f"in the last {self.days} days" if self.days is not None else "in the history given"
         if not self.total:
             return [f"No gate decisions were recorded {span}: the preview has nothing to re-decide."]
@@ -81,15 +87,16 @@ class Impact:
                          f"{_count(len(self.users), 'user')} and {_count(len(self.agents), 'agent')} are affected.")
             lines += [f"  {name}: {count}" for name, count in self.transitions.items()]
             lines.append("Most frequent changed calls:")
-            lines += [f"  {call.count} calls of {call.tool} ({transition(call.before, call.after)}), "
-                      f"e.g. call {', '.join(call.call_ids)}" for call in self.top_calls]
+            show = link or (lambda call_id: f"call {call_id}")
+            lines += [f"  {_count(call.count, 'call')} of {call.tool} ({transition(call.before, call.after)}), "
+                      f"e.g. {', '.join(show(i) for i in call.call_ids)}" for call in self.top_calls]
         return lines + list(self.notes)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, link: Linker | None = None) -> dict[str, Any]:
         return {"days": self.days, "total": self.total, "changed": self.changed, "transitions": self.transitions,
                 "loosened": self.loosened, "tightened": self.tightened,
-                "top_calls": [call.as_dict() for call in self.top_calls], "users": self.users, "agents": self.agents,
-                "notes": list(self.notes)}
+                "top_calls": [call.as_dict(link) for call in self.top_calls], "users": self.users,
+                "agents": self.agents, "notes": list(self.notes)}
 
 
 def _count(n: int, noun: str) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 from approvals.policy_doc.diff import Change, policy_diff
 from approvals.policy_doc.document import PolicyDoc, digest
 from approvals.policy_doc.history import DEFAULT_DAYS, recorded_decisions
-from approvals.policy_doc.impact import Impact, impact_preview
+from approvals.policy_doc.impact import Impact, Linker, impact_preview
 from approvals.policy_doc.lint import Warning, document_warnings
 from approvals.policy_doc.live import policy_live
 from approvals.policy_doc.members import members_resolve
@@ -23,7 +23,7 @@ class Plan:
     warnings: tuple[Warning, ...]
     impact: Impact | None
 
-    def words(self) -> list[str]:
+    def words(self, link: Linker | None = None) -> list[str]:
         lines = [f"Live policy {self.live_digest[:12]}, document {self.digest[:12]}."]
         if not self.changes:
             lines.append("No changes: the live configuration already is this document.")
@@ -35,15 +35,15 @@ class Plan:
             lines += [f"  {w.path}: {w.message}" for w in self.warnings]
         if self.impact is not None:
             lines.append("Impact on recorded calls:")
-            lines += [f"  {line}" for line in self.impact.words()]
+            lines += [f"  {line}" for line in self.impact.words(link)]
         lines.append(f"Apply exactly this plan with --expect-digest {self.live_digest}")
         return lines
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, link: Linker | None = None) -> dict[str, Any]:
         return {"live_digest": self.live_digest, "digest": self.digest,
                 "changes": [change.as_dict() for change in self.changes],
                 "warnings": [w.as_dict() for w in self.warnings],
-                "impact": self.impact.as_dict() if self.impact is not None else None}
+                "impact": self.impact.as_dict(link) if self.impact is not None else None}
 
 
 def _count(n: int, noun: str) -> str:

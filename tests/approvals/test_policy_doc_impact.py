@@ -6,6 +6,7 @@ tests check that the preview's scopes are the gate's, and that it reads what the
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
@@ -26,6 +27,7 @@ from approvals.rules.policy import decide
 from loop.providers.loopback import text_turn, tool_turn
 from skald.sessions.services import session_message_submit
 from tests.approvals.policy_fixtures import ADMIN, configure
+from tests.approvals.test_policy_doc_command import run
 
 TOOLS = ["read_logs", "write_file", "execute_cmd", "deploy"]
 USERS = ["alice", "bob", "carol"]
@@ -123,3 +125,19 @@ def test_plan_previews_the_calls_the_gate_recorded(alice, troubleshooting, scrip
     assert impact is not None and (impact.total, impact.transitions) == (1, {"approval → allowed": 1})
     assert impact.users == {"alice": 1} and impact.agents == {"troubleshooter": 1}
     assert impact.top_calls[0].call_ids == (recorded.call_id,)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.db_sensitive
+def test_the_plan_command_links_the_changed_calls(alice, troubleshooting, script, tmp_path) -> None:
+    script(tool_turn(("write_file", {"path": "reports/a.md", "content": "x"})), text_turn("done"))
+    session_message_submit(user=alice, session=troubleshooting, content="investigate")
+    [recorded] = recorded_decisions(days=7).decisions
+    data = yaml.safe_load(policy_export()[0])
+    next(r for r in data["rules"] if r["tool"] == "write_file")["action"] = "allow"
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(data))
+    status, out, _ = run("plan", str(path), "--json")
+    link = f"/admin/loop/toolcall/{recorded.call_id}/change/"
+    assert status == 0 and json.loads(out)["impact"]["top_calls"][0]["links"] == [link]
+    assert f"1 call of write_file (approval → allowed), e.g. {link}" in run("plan", str(path))[1]

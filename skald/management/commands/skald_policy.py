@@ -2,7 +2,8 @@
 
 - ``export [FILE]`` writes the live configuration as one YAML document (stdout without FILE).
 - ``plan FILE [--json] [--days N | --no-impact]`` prints what applying FILE would change, its lint
-  warnings and the impact on the last N days of recorded gate decisions; it changes nothing.
+  warnings and the impact on the last N days of recorded gate decisions (the changed calls with
+  links to their admin pages); it changes nothing.
 - ``apply FILE [--json] [--expect-digest D] [--actor USERNAME]`` makes the change in one transaction.
 - ``schema`` prints the document's JSON Schema.
 
@@ -20,6 +21,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.urls import reverse
 
 from approvals.policy_doc.apply import policy_apply
 from approvals.policy_doc.export import policy_export
@@ -31,6 +33,11 @@ from audit.actors import Actor
 from skald.core.errors import SkaldError
 
 EXIT_CODES = {"policy_invalid": 2, "policy_changed": 3}
+
+
+def call_link(call_id: str) -> str:
+    """The admin page of a recorded call (a path: the command does not know the public host)."""
+    return reverse("admin:loop_toolcall_change", args=[call_id])
 
 
 class Command(BaseCommand):
@@ -77,7 +84,7 @@ class Command(BaseCommand):
         doc = parse(load_text(text))
         if action == "plan":
             plan = policy_plan(doc, days=None if options["no_impact"] else options["days"])
-            self._out(plan.as_dict() if options["json"] else plan.words(), as_json=options["json"])
+            self._out(plan.as_dict(call_link) if options["json"] else plan.words(call_link), as_json=options["json"])
             return
         applied = policy_apply(actor=self._actor(options["actor"]), doc=doc, expect_digest=options["expect_digest"])
         words = [f"Applied {applied.digest} ({len(applied.changes)} changes; it was {applied.previous_digest})."]
