@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -257,3 +257,12 @@ def impact_preview(records: Iterable[RecordedDecision], doc: PolicyDoc, *, days:
                         for (tool, hash_, before, after), count in top),
         users=dict(sorted(users.items())), agents=dict(sorted(agents.items())), days=days,
     )
+
+
+def impact_between(records: Iterable[RecordedDecision], before: PolicyDoc, after: PolicyDoc, *,
+                   days: int | None = None) -> Impact:
+    """The impact of going from ``before`` to ``after`` alone: each call's "before" is what ``before``
+    decides now, not its recorded verdict, so earlier changes to the live policy do not count."""
+    baseline = _Batch(before)
+    relabelled = [replace(record, action=baseline.decide(record)) for record in records]
+    return impact_preview(relabelled, after, days=days)

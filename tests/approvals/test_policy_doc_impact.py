@@ -19,7 +19,7 @@ from approvals.policy_doc.apply import policy_apply
 from approvals.policy_doc.document import GroupDoc, PolicyDoc, RuleDoc, policy_doc
 from approvals.policy_doc.export import policy_export
 from approvals.policy_doc.history import recorded_decisions
-from approvals.policy_doc.impact import RecordedDecision, impact_preview, redecide, transition
+from approvals.policy_doc.impact import RecordedDecision, impact_between, impact_preview, redecide, transition
 from approvals.policy_doc.parse import load_text, parse
 from approvals.policy_doc.plan import policy_plan
 from approvals.rules.engine import SEVERITY
@@ -81,6 +81,8 @@ def test_the_preview_counts_what_the_engine_decides_call_by_call(doc: PolicyDoc,
     assert impact.users == dict(Counter(r.user for r, _ in changed if r.user is not None))
     assert impact.agents == dict(Counter(r.agent for r, _ in changed if r.agent))
     assert sum(call.count for call in impact.top_calls) <= impact.changed and len(impact.top_calls) <= 10
+    # Against itself a policy changes nothing, whatever the recorded verdicts were.
+    assert impact_between(history, doc, doc).changed == 0
 
 
 def test_the_top_calls_are_the_most_frequent_changes() -> None:
