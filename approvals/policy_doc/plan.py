@@ -65,8 +65,13 @@ def policy_plan(doc: PolicyDoc, *, days: int | None = DEFAULT_DAYS) -> Plan:
     if days is not None:
         history = recorded_decisions(days=days)
         impact = impact_preview(history.decisions, doc, days=days)
+        notes: list[str] = []
+        drift = impact_preview(history.decisions, live).changed
+        if drift:
+            notes.append(f"{drift} of these calls would already be decided differently by the live policy (it "
+                         "changed since they were recorded); their transitions are counted above too.")
         if history.missing:
-            notes = (f"{history.missing} recorded decisions were left out: their calls no longer exist.",)
-            impact = replace(impact, notes=notes)
+            notes.append(f"{history.missing} recorded decisions were left out: their calls no longer exist.")
+        impact = replace(impact, notes=tuple(notes))
     return Plan(live_digest=digest(live), digest=digest(doc), changes=tuple(policy_diff(live, doc)),
                 warnings=tuple(document_warnings(doc)), impact=impact)

@@ -127,6 +127,14 @@ def test_plan_previews_the_calls_the_gate_recorded(alice, troubleshooting, scrip
     assert impact is not None and (impact.total, impact.transitions) == (1, {"approval → allowed": 1})
     assert impact.users == {"alice": 1} and impact.agents == {"troubleshooter": 1}
     assert impact.top_calls[0].call_ids == (recorded.call_id,)
+    assert impact.notes == ()
+
+    # The same document once the live policy already allows writes: the call still counts (its
+    # recorded verdict was an approval), and the plan says the live policy moved since.
+    policy_apply(actor=ADMIN, doc=parse(data))
+    again = policy_plan(parse(data)).impact
+    assert again is not None and again.transitions == {"approval → allowed": 1}
+    assert again.notes[0].startswith("1 of these calls would already be decided differently by the live policy")
 
 
 @pytest.mark.django_db(transaction=True)
