@@ -38,10 +38,32 @@ def _chunks(items: list[int]) -> Iterator[list[int]]:
         yield items[start:start + _CHUNK]
 
 
+def _first_seq_since(since: datetime) -> int:
+    """The first chain position at or after ``since``, by binary search over ``seq`` (its unique
+    index): a row's time is never before its predecessor's (``audit.services``), so the last days
+    are one index range however long the chain, with no index on time. About 2·log2(rows) lookups."""
+    first = AuditEvent.objects.order_by("seq").values_list("seq", flat=True).first()
+    last = AuditEvent.objects.order_by("-seq").values_list("seq", flat=True).first()
+    if first is None or last is None:
+        return 0
+    low, high = first, last + 1  # the answer is in [low, high]; high: nothing is that recent
+    while low < high:
+        middle = (low + high) // 2
+        row = AuditEvent.objects.filter(seq__gte=middle).order_by("seq").values_list("seq", "time").first()
+        if row is None:
+            high = middle
+        elif row[1] >= since:
+            high = middle if row[0] > middle else row[0]
+        else:
+            low = row[0] + 1
+    return low
+
+
 def recorded_decisions(*, days: int = DEFAULT_DAYS) -> History:
     """The gate decisions of the last ``days`` days, oldest first, with their calls' arguments."""
     since = clock.now() - timedelta(days=days)
-    rows = list(AuditEvent.objects.filter(kind=AuditKind.GATE_DECISION, time__gte=since).order_by("seq")
+    rows = list(AuditEvent.objects.filter(seq__gte=_first_seq_since(since), kind=AuditKind.GATE_DECISION,
+                                          time__gte=since).order_by("seq")
                 .values_list("actor_type", "actor_id", "subject_id", "payload"))
     call_ids = sorted({int(subject) for _, _, subject, _ in rows if subject.isascii() and subject.isdecimal()})
     calls: dict[int, tuple[object, str]] = {}

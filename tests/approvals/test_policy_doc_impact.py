@@ -8,22 +8,28 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 
 import pytest
+import time_machine
 import yaml
 from django.contrib.auth.models import User
+from django.db import transaction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from approvals.policy_doc.apply import policy_apply
 from approvals.policy_doc.document import GroupDoc, PolicyDoc, RuleDoc, policy_doc
 from approvals.policy_doc.export import policy_export
-from approvals.policy_doc.history import recorded_decisions
+from approvals.policy_doc.history import _first_seq_since, recorded_decisions
 from approvals.policy_doc.impact import RecordedDecision, impact_between, impact_preview, redecide, transition
 from approvals.policy_doc.parse import load_text, parse
 from approvals.policy_doc.plan import policy_plan
 from approvals.rules.engine import SEVERITY
 from approvals.rules.policy import decide
+from audit.actors import Actor
+from audit.kinds import AuditKind
+from audit.services import audit_append
 from loop.providers.loopback import text_turn, tool_turn
 from skald.sessions.services import session_message_submit
 from tests.approvals.policy_fixtures import ADMIN, configure
@@ -151,3 +157,18 @@ def test_the_plan_command_links_the_changed_calls(alice, troubleshooting, script
     link = f"/admin/loop/toolcall/{recorded.call_id}/change/"
     assert status == 0 and json.loads(out)["impact"]["top_calls"][0]["links"] == [link]
     assert f"1 call of write_file (approval → allowed), e.g. {link}" in run("plan", str(path))[1]
+
+
+@pytest.mark.django_db
+@pytest.mark.db_sensitive
+def test_the_history_starts_at_the_first_row_of_the_window_by_binary_search() -> None:
+    now = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
+    seqs = []
+    for days_ago in (30, 20, 10, 10, 6, 3, 1):
+        with time_machine.travel(now - timedelta(days=days_ago), tick=False), transaction.atomic():
+            seqs.append(audit_append(actor=Actor.system("t"), kind=AuditKind.DEMO_SEEDED, subject_type="t",
+                                     subject_id="1", payload={}).seq)
+    assert _first_seq_since(now - timedelta(days=7)) == seqs[4]
+    assert _first_seq_since(now - timedelta(days=10)) == seqs[2]
+    assert _first_seq_since(now - timedelta(days=99)) == seqs[0]
+    assert _first_seq_since(now) == seqs[-1] + 1
