@@ -28,6 +28,10 @@
   const ended = new Set();  // exchange ids
   let discarded = false;  // a draft was cleared by a stop: the "Stopped" row says so
   const cards = new Map();  // request_id → card element
+  // A sub-agent's answer reads once (issue 35): the child's own last line says it; the delegating
+  // call's result row and the subagent_result row then point at it instead of repeating it.
+  const resultRows = new Map();  // "<narrative>|<call key>" → the tool_result row's text element
+  let childAnswer = "";
   const known = new Map();  // session id → the session as the API last answered it (owner, case, badge)
   const strip = window.SkaldTaskStrip.create($("tasks"), {source: "web", api, onOpen: (id) => open(id)});
 
@@ -275,7 +279,12 @@
       $("live").textContent = "";
       const said = [p.content || "", ...(p.tool_calls || []).map((c) => `→ ${callText(c)}`)].filter(Boolean);
       li.appendChild(el("span", "assistant", said.join("\n")));
-    } else if (event.kind === "tool_result") li.appendChild(el("span", "tool", `[${p.status}] ${p.name}: ${p.content}`));
+      if (event.narrative && p.content) childAnswer = String(p.content).trim();
+    } else if (event.kind === "tool_result") {
+      const row = el("span", "tool", `[${p.status}] ${p.name}: ${p.content}`);
+      resultRows.set(`${event.narrative || ""}|${p.key}`, row);
+      li.appendChild(row);
+    }
     else if (event.kind === "control:approval_requested") li.appendChild(cards.get(p.request_id || `call:${p.tool_call_id}`));
     else if (event.kind === "control:approval_resolved") li.appendChild(el("span", "tool", answerText(p)));
     else if (event.kind === "control:handoff") li.appendChild(el("span", "tool", handoffText(p)));
@@ -284,7 +293,13 @@
       discarded = false;
     }
     else if (event.kind === "control:exchange_settled") li.appendChild(el("span", "tool", `exchange ended: ${String(p.outcome).replace(/_/g, " ")}`));
-    else if (event.kind === "subagent_result") li.appendChild(el("span", "tool", `[${p.outcome}] ${p.agent}: ${p.content}`));
+    else if (event.kind === "subagent_result") {
+      const same = String(p.content || "").trim() === childAnswer;
+      const call = resultRows.get(`${event.narrative || ""}|${p.key}`);
+      if (same && call) call.textContent = call.textContent.split(":")[0] + `: ${p.agent}'s answer, above`;
+      li.appendChild(el("span", "tool", same ? `[${p.outcome}] ${p.agent} returned its answer (above)`
+                                             : `[${p.outcome}] ${p.agent}: ${p.content}`));
+    }
     else if (event.type === "compaction" || event.type === "compaction.probe" || event.type === "compaction.quota") {
       li.classList.add("compaction"); li.appendChild(compactionMarker(event));
     }
@@ -332,7 +347,7 @@
   }
 
   async function open(id) {
-    session = id; lastSeq = 0; statusSeq = 0; userSeq = 0; cards.clear(); ended.clear(); discarded = false;
+    session = id; lastSeq = 0; statusSeq = 0; userSeq = 0; cards.clear(); ended.clear(); resultRows.clear(); childAnswer = ""; discarded = false;
     $("events").innerHTML = ""; $("live").textContent = "";
     say("");  // "Session #N", until its events say what it is doing
     strip.load();

@@ -97,6 +97,9 @@ def test_the_console_nests_a_child_turn_and_the_strip_follows_a_task_to_its_resu
     # The sync delegate's own turns, nested under the call that opened it.
     shows(page, "#events li.nested", "Sync analysis: the pool is exhausted.", "the child's nested turn")
     shows(page, "#events", "subagent_result", "the parent's one subagent_result")
+    # The child's answer reads once: the delegating call's result and the subagent_result point at it.
+    shows(page, "#events", "returned its answer (above)", "the subagent_result pointing at the answer")
+    assert page.text("#events").count("Sync analysis: the pool is exhausted.") == 1
     # The async task, running in the strip while its model call is held.
     shows(page, "#tasks .task", "log-analyst: running", "the running task in the strip")
     assert ASYNC_STARTED.wait(30)

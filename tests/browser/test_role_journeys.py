@@ -61,6 +61,13 @@ def test_the_operator_launches_from_the_case_page_and_watches_the_run_park_live(
     assert "tool read_logs" in timeline and "calls write_file" in timeline
     assert "times in UTC" in admin.text("#run-live h2") and re.search(r"\d\d:\d\d:\d\d\n\d+(\.\d)? s", timeline)
     assert "control:" not in timeline  # internal rows are folded, not shown as lines
+    # Each row shows its duration; journal rows hide behind "Show journal rows" (issue 35).
+    rows = admin.driver.find_elements(By.CSS_SELECTOR, "#timeline > li")
+    assert len(admin.driver.find_elements(By.CSS_SELECTOR, "#timeline > li time .duration")) == len(rows) - 1
+    assert "journal row" not in admin.text("#timeline")
+    admin.click("#journal-toggle")
+    assert "journal row" in admin.text("#timeline")
+    admin.click("#journal-toggle")
     admin.screenshot("operator-run-parked-live")
     admin.open("/admin/")
     admin.wait_text("#panel-runs", "1 waiting for a human")
@@ -78,6 +85,10 @@ def test_the_approver_decides_with_context_and_lands_on_the_next_item(admin: Adm
     admin.screenshot("approver-home")
     admin.click_link("Open the queue →")
     admin.wait_text("#result_list", "write_file")
+    # What each call touches and its run, and no resolved-only column in the pending view (issue 35).
+    assert admin.texts("#result_list td.field-key_argument_text") == ["reports/findings.md"] * 2
+    assert len(admin.driver.find_elements(By.CSS_SELECTOR, "#result_list td.field-run_link a")) == 2
+    assert "RESOLVED BY" not in admin.text("#result_list thead").upper()
     admin.screenshot("approver-queue")
     admin.click("//table[@id='result_list']//a[text()='write_file']")
     first_url = admin.driver.current_url
@@ -139,6 +150,22 @@ def test_the_auditor_finds_the_approvers_rows_by_name_and_verifies(admin: Admin,
     assert len(resolved) == 2 and all("approver" in row for row in resolved), rows
     assert re.search(r"\d\d:\d\d:\d\d UTC", admin.text("#result_list"))
     admin.screenshot("auditor-search-by-name")
+    # By subject as pages name it, then by a hash's first characters; the row links its subject and
+    # the row before it, names the actor and pretty-prints the payload (issue 35).
+    admin.fill("#searchbar", "run #1")
+    admin.click("#changelist-search input[type=submit]")
+    admin.wait_text("#result_list", "run #1")
+    assert all("run #1" in row for row in admin.texts("#result_list tbody tr"))
+    digest = admin.text("#result_list tbody tr td.field-short_hash").rstrip("…")
+    admin.fill("#searchbar", digest[:8])
+    admin.click("#changelist-search input[type=submit]")
+    admin.wait_text("#result_list", digest[:8])
+    admin.click("#result_list tbody tr th a")
+    admin.wait_text(".field-previous_link", "(row ")
+    assert admin.driver.find_elements(By.CSS_SELECTOR, ".field-previous_link a code.skald-hash")
+    assert admin.find(".field-payload_view pre.skald-payload").text.startswith("{\n")
+    admin.screenshot("auditor-row-detail")
+    admin.open("/admin/audit/auditevent/")
     admin.click("#verify-chain")
     admin.wait_text("#verify-result", "Chain intact")
     admin.screenshot("auditor-verified")
@@ -156,6 +183,16 @@ def test_the_admin_tests_a_call_with_explain(admin: Admin, stack: Stack) -> None
     admin.wait_text("#explain-result", "require")
     assert "write_file" in admin.text("#approval-trace tr.chosen")
     admin.screenshot("admin-test-a-call")
+    # Session events filter by kind, named in words (issue 35: compaction records can be found).
+    admin.open("/admin/loop/sessionevent/")
+    admin.click_link("tool result")
+    kinds = set(admin.texts("#result_list td.field-kind_words"))
+    assert kinds == {"tool result"}, kinds
+    # The tripwire list says how many credential rules are active, not "0 tripwire patterns".
+    admin.open("/admin/approvals/tripwirepattern/")
+    summary = admin.text("#tripwire-summary")
+    active = re.search(r"(\d+) credential rules are active", summary)
+    assert active and int(active.group(1)) > 100, summary
 
 
 WATCH_LIVE = """
