@@ -60,7 +60,9 @@ class ApprovalGate:
             audit_append(
                 actor=_actor(scope), kind=AuditKind.GATE_DECISION, subject_type="tool_call", subject_id=call.call_id,
                 payload={"tool": call.tool, "action": verdict.action, "rule": rule_id,
-                         "arguments_hash": call.arguments_hash, "reason": verdict.reason[:200]},
+                         "arguments_hash": call.arguments_hash, "reason": verdict.reason[:200],
+                         # the scope's agent, so a policy preview re-decides the call as it was gated
+                         "agent": scope.agent if scope is not None else None},
             )
         return verdict
 

@@ -60,6 +60,7 @@ class AuditKind(models.IntegerChoices):
     GROUP_CHANGED = 411, "approvals.group.changed"
     TRIPWIRE_PATTERN_CHANGED = 412, "approvals.tripwire_pattern.changed"
     TRIPWIRE_ALLOW_CHANGED = 413, "approvals.tripwire_allow.changed"
+    POLICY_APPLIED = 414, "approvals.policy.applied"  # one policy document applied (names its digest)
     KNOWN_TOOL_RECORDED = 420, "approvals.known_tool.recorded"
     # 5xx cases and runs
     CASE_CREATED = 500, "skald.case.created"

@@ -1,4 +1,5 @@
-"""``make bench``: :mod:`bench.kernel` on a fresh SQLite file, then on a fresh PostgreSQL database;
+"""``make bench``: :mod:`bench.tripwires` and :mod:`bench.policy_preview` in process; then
+:mod:`bench.kernel` on a fresh SQLite file, then on a fresh PostgreSQL database;
 then :mod:`bench.peer`, the same turn through LangGraph checkpointing to the same databases (in
 its own virtualenv, :mod:`bench.peer_runner`);
 then :mod:`bench.stream_latency`, event commit → websocket client, in the embedded and Redis profiles;
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
+from bench import policy_preview as policy_preview_bench
 from bench import tripwires as tripwire_bench
 from bench.child_run import run_for_json
 from bench.kernel import TARGET_GROWTH, TARGET_MEDIAN_MS, Result, mark
@@ -192,6 +194,8 @@ def main() -> int:
           f"load average {load:.2f} at start.", flush=True)
     print("\n=== Credential tripwires (SPEC L16, in process, no database) ===", flush=True)
     print(tripwire_bench.report(), flush=True)
+    print("\n=== Policy impact preview (issue 32, in process, no database) ===", flush=True)
+    print(policy_preview_bench.report(), flush=True)
     results: dict[str, Result | str] = {}
     with tempfile.TemporaryDirectory(prefix="skald-bench-") as tmp:
         sqlite_dir = Path(tmp) / "sqlite"

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -16,6 +16,8 @@ from django.urls import URLPattern, path
 
 from approvals.models import ApprovalRule, SecurityGroup
 from approvals.pending.decide import trace_rows
+from approvals.policy_doc.impact import Impact
+from approvals.policy_doc.rule_preview import rule_change_impact, rule_doc
 from approvals.rules.explain import PRECEDENCE, TestCallForm, never_wins
 from approvals.rules.seed import DEFAULT_PRIORITY
 from approvals.rules.selectors import tools_catalog
@@ -82,6 +84,42 @@ class ApprovalRuleForm(forms.ModelForm):
                 for error in errors:
                     self.add_error(field, error)
         return cleaned
+
+
+class ApprovalRuleChangeForm(ApprovalRuleForm):
+    """The rule page's form: before saving, the impact of the edit on the last week's recorded calls
+    (issue 32). A change that would have let any of them through with less restriction saves only
+    once confirmed."""
+
+    confirm_loosening = forms.BooleanField(
+        required=False, label="Confirm a looser gate",
+        help_text="Needed only when the preview says this change would have let recorded calls through with "
+                  "less restriction.")
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        if self.errors:
+            return cleaned
+        group = cleaned.get("group")
+        self.impact = rule_change_impact(
+            rule_id=self.instance.pk, group=group.name if group is not None else None,
+            rule=rule_doc(tool_pattern=cleaned["tool_pattern"], arg_matchers=cleaned.get("arg_matchers") or {},
+                          action=cleaned["action"], priority=cleaned["priority"],
+                          approval_ttl=cleaned.get("approval_ttl"), enabled=cleaned.get("enabled", False),
+                          note=cleaned.get("note", "")),
+        )
+        if self.impact.loosened and not cleaned.get("confirm_loosening"):
+            self.add_error(None, loosening_sentence(self.impact) + " Tick 'Confirm a looser gate' and save again.")
+        return cleaned
+
+
+def loosening_sentence(impact: Impact) -> str:
+    """"This change would have let 41 calls from 3 users run with less restriction in the last 7 days …"."""
+    users = f"{len(impact.users)} user" + ("" if len(impact.users) == 1 else "s")
+    calls = f"{impact.loosened} call" + ("" if impact.loosened == 1 else "s")
+    loosening = ", ".join(f"{count} {name}" for name, count in impact.transitions.items())
+    return (f"This change would have let {calls} from {users} run with less restriction in the last {impact.days} "
+            f"days ({loosening}).")
 
 
 class ToolCatalogMixin:
@@ -172,7 +210,7 @@ class RuleScopeFilter(admin.SimpleListFilter):
 
 @admin.register(ApprovalRule)
 class ApprovalRuleAdmin(ToolCatalogMixin, admin.ModelAdmin):
-    form = ApprovalRuleForm
+    form = ApprovalRuleChangeForm
     list_display = ["priority", "tool_pattern", "action", "scope", "matchers", "enabled", "hit_count",
                     "approval_ttl", "note"]
     list_display_links = ["priority", "tool_pattern"]
@@ -219,8 +257,12 @@ class ApprovalRuleAdmin(ToolCatalogMixin, admin.ModelAdmin):
         return json.dumps(obj.arg_matchers, sort_keys=True) if obj.arg_matchers else "—"
 
     def save_model(self, request: HttpRequest, obj: ApprovalRule, form: Any, change: bool) -> None:
-        approval_rule_save(actor=Actor.user(request.user), rule=obj,
-                           changed=form.changed_data if change else ["created"])
+        changed = [name for name in form.changed_data if name != "confirm_loosening"]
+        approval_rule_save(actor=Actor.user(request.user), rule=obj, changed=changed if change else ["created"])
+        impact = getattr(form, "impact", None)
+        if impact is not None and impact.changed:
+            self.message_user(request, "Impact on recorded calls: " + " ".join(impact.words()[:2]),
+                              level=messages.WARNING)
 
     def delete_model(self, request: HttpRequest, obj: ApprovalRule) -> None:
         approval_rule_delete(actor=Actor.user(request.user), rule=obj)

@@ -1,0 +1,43 @@
+"""The live governance configuration as a :class:`PolicyDoc` (a selector: seven queries)."""
+
+from __future__ import annotations
+
+from approvals.models import ApprovalRule, SecurityGroup, TripwireAllowEntry, TripwirePattern
+from approvals.policy_doc.document import AgentDoc, AllowDoc, GroupDoc, PatternDoc, PolicyDoc, RuleDoc, policy_doc
+from skald.models import Agent
+
+
+def _rule_doc(rule: ApprovalRule) -> RuleDoc:
+    matchers = rule.arg_matchers if isinstance(rule.arg_matchers, dict) else {}
+    return RuleDoc(
+        tool=rule.tool_pattern, action=rule.action, priority=rule.priority,
+        args=tuple(sorted((str(k), str(v)) for k, v in matchers.items())),
+        approval_ttl=int(rule.approval_ttl.total_seconds()) if rule.approval_ttl is not None else None,
+        enabled=rule.enabled, note=rule.note, row_id=rule.pk,
+    )
+
+
+def policy_live() -> PolicyDoc:
+    """Everything the document covers, as it is now, in canonical order (each item knows its row id)."""
+    by_group: dict[int | None, list[RuleDoc]] = {None: []}
+    for rule in ApprovalRule.objects.order_by("priority", "id"):
+        by_group.setdefault(rule.group_id, []).append(_rule_doc(rule))
+    groups = [
+        GroupDoc(name=group.name, description=group.description,
+                 users=tuple(user.get_username() for user in group.users.all()),
+                 agents=tuple(agent.name for agent in group.agents.all()),
+                 rules=tuple(by_group.get(group.pk, ())), row_id=group.pk)
+        for group in SecurityGroup.objects.prefetch_related("users", "agents").order_by("name")
+    ]
+    patterns = [PatternDoc(name=p.name, regex=p.regex, keywords=p.keywords, enabled=p.enabled, note=p.note,
+                           row_id=p.pk) for p in TripwirePattern.objects.order_by("name")]
+    allow = [AllowDoc(regex=a.regex, reason=a.reason, enabled=a.enabled, row_id=a.pk)
+             for a in TripwireAllowEntry.objects.order_by("id")]
+    agents = [
+        AgentDoc(name=agent.name, tools=tuple(str(t) for t in agent.allowed_tools or ()),
+                 bounds=tuple(sorted((agent.bounds or {}).items())),
+                 exec_allowlist=None if agent.exec_allowlist is None else tuple(str(p) for p in agent.exec_allowlist),
+                 row_id=agent.pk)
+        for agent in Agent.objects.order_by("name")
+    ]
+    return policy_doc(rules=by_group[None], groups=groups, patterns=patterns, allow=allow, agents=agents)

@@ -1,0 +1,318 @@
+"""Raw YAML → :class:`PolicyDoc`, every problem named by its path in the document (pure).
+
+The checks are the JSON Schema's (``schema.json``) plus the services' own (a rule the engine could
+not evaluate, a regular expression the tripwire detector would refuse), so a document that parses
+here is one the services will take. Members (usernames, agent names) are checked against the
+database by :mod:`approvals.policy_doc.apply` and :mod:`approvals.policy_doc.plan`, also by path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from approvals.policy_doc.document import (
+    VERSION,
+    AgentDoc,
+    AllowDoc,
+    GroupDoc,
+    PatternDoc,
+    PolicyDoc,
+    RuleDoc,
+    policy_doc,
+)
+from approvals.rules.services import approval_rule_problems
+from approvals.tripwires.services import tripwire_allow_problems, tripwire_pattern_problems
+from loop.bounds import Bounds
+from loop.errors import HarnessError
+from skald.core.errors import SkaldError
+
+MAX_PRIORITY = 2_147_483_647  # the column is a PositiveIntegerField
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with a document: where (``groups[1].rules[0].priority``), a stable code, why."""
+
+    path: str
+    code: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"path": self.path, "code": self.code, "message": self.message}
+
+
+class PolicyInvalid(SkaldError):
+    """A document that cannot be applied; ``extra["problems"]`` lists each by its path."""
+
+    code = "policy_invalid"
+    http_status = 400
+
+    def __init__(self, problems: list[Problem]) -> None:
+        first = problems[0]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        super().__init__(f"The policy document is not valid: {first.path}: {first.message}{more}",
+                         problems=[p.as_dict() for p in problems])
+        self.problems = problems
+
+
+def load_text(text: str) -> Any:
+    """YAML text → plain data; a syntax error is a ``policy_invalid`` naming the line."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "$"
+        raise PolicyInvalid([Problem(where, "yaml_syntax", str(exc).splitlines()[0])]) from None
+
+
+class _Reader:
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+
+    def add(self, path: str, code: str, message: str) -> None:
+        self.problems.append(Problem(path, code, message))
+
+    def mapping(self, value: Any, path: str, *, required: tuple[str, ...], optional: tuple[str, ...]
+                ) -> Mapping[str, Any] | None:
+        if not isinstance(value, Mapping):
+            self.add(path, "type", f"Expected a mapping, got {_type(value)}.")
+            return None
+        for key in value:
+            if key not in required and key not in optional:
+                self.add(_join(path, str(key)), "unknown_field",
+                         f"Unknown field; expected one of {', '.join((*required, *optional))}.")
+        for key in required:
+            if key not in value:
+                self.add(_join(path, key), "required", "This field is required.")
+        return value
+
+    def items(self, value: Any, path: str) -> list[tuple[str, Any]]:
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.add(path, "type", f"Expected a list, got {_type(value)}.")
+            return []
+        return [(f"{path}[{index}]", item) for index, item in enumerate(value)]
+
+    def string(self, data: Mapping[str, Any], key: str, path: str, default: str = "", *, max_length: int) -> str:
+        value = data.get(key, default)
+        if value is None:
+            value = default
+        if not isinstance(value, str):
+            self.add(_join(path, key), "type", f"Expected a string, got {_type(value)}.")
+            return default
+        if len(value) > max_length:
+            self.add(_join(path, key), "too_long", f"At most {max_length} characters.")
+        return value
+
+    def boolean(self, data: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
+        value = data.get(key, default)
+        if not isinstance(value, bool):
+            self.add(_join(path, key), "type", f"Expected true or false, got {_type(value)}.")
+            return default
+        return value
+
+    def names(self, data: Mapping[str, Any], key: str, path: str) -> tuple[str, ...]:
+        found: list[str] = []
+        for item_path, item in self.items(data.get(key), _join(path, key)):
+            if not isinstance(item, str) or not item:
+                self.add(item_path, "type", f"Expected a name, got {_type(item)}.")
+            elif item in found:
+                self.add(item_path, "duplicate", f"{item!r} is listed twice.")
+            else:
+                found.append(item)
+        return tuple(found)
+
+
+def parse(data: Any) -> PolicyDoc:
+    """Plain data (from YAML or JSON) → a canonical document.
+
+    Raises:
+        PolicyInvalid: ``policy_invalid`` (400), every problem with its path.
+    """
+    reader = _Reader()
+    top = reader.mapping(data, "$", required=("version",), optional=("rules", "groups", "agents", "tripwires"))
+    if top is None:
+        raise PolicyInvalid(reader.problems)
+    if "version" in top and top["version"] != VERSION:
+        reader.add("version", "unsupported_version", f"This Skald reads version {VERSION} documents.")
+    rules = [_rule(reader, item, path) for path, item in reader.items(top.get("rules"), "rules")]
+    groups: list[GroupDoc] = []
+    seen_groups: set[str] = set()
+    for path, item in reader.items(top.get("groups"), "groups"):
+        group = _group(reader, item, path)
+        if group is None:
+            continue
+        if group.name in seen_groups:
+            reader.add(f"{path}.name", "duplicate", f"A group named {group.name!r} is already defined.")
+        seen_groups.add(group.name)
+        groups.append(group)
+    agents: list[AgentDoc] = []
+    for path, item in reader.items(top.get("agents"), "agents"):
+        agent = _agent(reader, item, path)
+        if agent is None:
+            continue
+        if any(a.name == agent.name for a in agents):
+            reader.add(f"{path}.name", "duplicate", f"The agent {agent.name!r} is already listed.")
+        agents.append(agent)
+    patterns: list[PatternDoc] = []
+    allow: list[AllowDoc] = []
+    tripwires = top.get("tripwires")
+    if tripwires is not None:
+        trip = reader.mapping(tripwires, "tripwires", required=(), optional=("patterns", "allow"))
+        if trip is not None:
+            seen_patterns: set[str] = set()
+            for path, item in reader.items(trip.get("patterns"), "tripwires.patterns"):
+                pattern = _pattern(reader, item, path)
+                if pattern is None:
+                    continue
+                if pattern.name in seen_patterns:
+                    reader.add(f"{path}.name", "duplicate", f"A pattern named {pattern.name!r} is already defined.")
+                seen_patterns.add(pattern.name)
+                patterns.append(pattern)
+            allow = [a for path, item in reader.items(trip.get("allow"), "tripwires.allow")
+                     if (a := _allow(reader, item, path)) is not None]
+    if reader.problems:
+        raise PolicyInvalid(reader.problems)
+    return policy_doc(rules=[r for r in rules if r is not None], groups=groups, patterns=patterns, allow=allow,
+                      agents=agents)
+
+
+def _rule(reader: _Reader, item: Any, path: str) -> RuleDoc | None:
+    data = reader.mapping(item, path, required=("tool", "action", "priority"),
+                          optional=("args", "approval_ttl", "enabled", "note"))
+    if data is None:
+        return None
+    before = len(reader.problems)
+    tool = reader.string(data, "tool", path, max_length=128).strip()
+    action = data.get("action")
+    priority = data.get("priority", 0)
+    args = data.get("args") or {}
+    ttl = data.get("approval_ttl")
+    # 0 is what an admin-entered zero duration exports as; the gate then waits its default.
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 0):
+        reader.add(f"{path}.approval_ttl", "invalid", "Expected a whole number of seconds ≥ 0, or nothing.")
+    if isinstance(priority, int) and not isinstance(priority, bool) and priority > MAX_PRIORITY:
+        reader.add(f"{path}.priority", "invalid", f"Priority must be at most {MAX_PRIORITY}.")
+    problems = approval_rule_problems(tool_pattern=tool if "tool" in data else "", arg_matchers=args,
+                                      priority=priority, action=action if "action" in data else None)
+    field_names = {"tool_pattern": "tool", "arg_matchers": "args"}
+    for field_name, messages in problems.items():
+        name = field_names.get(field_name, field_name)
+        if name in ("tool", "action", "priority") and name not in data:
+            continue  # already reported as required
+        for message in messages:
+            reader.add(f"{path}.{name}", "invalid", message)
+    enabled = reader.boolean(data, "enabled", path, True)
+    note = reader.string(data, "note", path, max_length=200)
+    if len(reader.problems) > before:
+        return None
+    return RuleDoc(tool=tool, action=str(action), priority=int(priority),
+                   args=tuple(sorted((str(k), str(v)) for k, v in args.items())),
+                   approval_ttl=ttl, enabled=enabled, note=note, path=path)
+
+
+def _group(reader: _Reader, item: Any, path: str) -> GroupDoc | None:
+    data = reader.mapping(item, path, required=("name",), optional=("description", "users", "agents", "rules"))
+    if data is None:
+        return None
+    before = len(reader.problems)
+    name = reader.string(data, "name", path, max_length=80).strip()
+    if "name" in data and not name:
+        reader.add(f"{path}.name", "invalid", "A group needs a name.")
+    description = reader.string(data, "description", path, max_length=10_000)
+    users = reader.names(data, "users", path)
+    agents = reader.names(data, "agents", path)
+    rules = [_rule(reader, rule, rule_path) for rule_path, rule in reader.items(data.get("rules"), f"{path}.rules")]
+    if len(reader.problems) > before:
+        return None
+    return GroupDoc(name=name, description=description, users=users, agents=agents,
+                    rules=tuple(r for r in rules if r is not None), path=path)
+
+
+def _agent(reader: _Reader, item: Any, path: str) -> AgentDoc | None:
+    data = reader.mapping(item, path, required=("name",), optional=("tools", "bounds", "exec_allowlist"))
+    if data is None:
+        return None
+    before = len(reader.problems)
+    name = reader.string(data, "name", path, max_length=64)
+    tools = _strings(reader, data.get("tools"), f"{path}.tools")
+    bounds = data.get("bounds") or {}
+    if not isinstance(bounds, Mapping):
+        reader.add(f"{path}.bounds", "type", f"Expected a mapping, got {_type(bounds)}.")
+    else:
+        try:
+            Bounds().override(bounds)  # what the agent service checks
+        except HarnessError as exc:
+            reader.add(f"{path}.bounds", "invalid", f"{exc}.")
+    allowlist = data.get("exec_allowlist")
+    programs = None if allowlist is None else _strings(reader, allowlist, f"{path}.exec_allowlist")
+    if len(reader.problems) > before:
+        return None
+    return AgentDoc(name=name, tools=tools, bounds=tuple(sorted(dict(bounds).items())), exec_allowlist=programs,
+                    path=path)
+
+
+def _strings(reader: _Reader, value: Any, path: str) -> tuple[str, ...]:
+    found: list[str] = []
+    for item_path, item in reader.items(value, path):
+        if isinstance(item, str) and item:
+            found.append(item)
+        else:
+            reader.add(item_path, "type", f"Expected a name, got {_type(item)}.")
+    return tuple(found)
+
+
+def _pattern(reader: _Reader, item: Any, path: str) -> PatternDoc | None:
+    data = reader.mapping(item, path, required=("name", "regex"), optional=("keywords", "enabled", "note"))
+    if data is None:
+        return None
+    before = len(reader.problems)
+    name = reader.string(data, "name", path, max_length=60)
+    regex = reader.string(data, "regex", path, max_length=500)
+    keywords = reader.string(data, "keywords", path, max_length=200)
+    enabled = reader.boolean(data, "enabled", path, True)
+    note = reader.string(data, "note", path, max_length=200)
+    if len(reader.problems) == before:
+        for field_name, messages in tripwire_pattern_problems(name=name, regex=regex, keywords=keywords).items():
+            for message in messages:
+                reader.add(f"{path}.{field_name}", "invalid", message)
+        if name and not _slug(name):
+            reader.add(f"{path}.name", "invalid", "Letters, digits, '-' and '_' only (refusals name org:<name>).")
+    if len(reader.problems) > before:
+        return None
+    return PatternDoc(name=name, regex=regex, keywords=keywords, enabled=enabled, note=note, path=path)
+
+
+def _allow(reader: _Reader, item: Any, path: str) -> AllowDoc | None:
+    data = reader.mapping(item, path, required=("regex", "reason"), optional=("enabled",))
+    if data is None:
+        return None
+    before = len(reader.problems)
+    regex = reader.string(data, "regex", path, max_length=500)
+    reason = reader.string(data, "reason", path, max_length=300)
+    enabled = reader.boolean(data, "enabled", path, True)
+    if len(reader.problems) == before:
+        for field_name, messages in tripwire_allow_problems(regex=regex, reason=reason).items():
+            for message in messages:
+                reader.add(f"{path}.{field_name}", "invalid", message)
+    if len(reader.problems) > before:
+        return None
+    return AllowDoc(regex=regex, reason=reason, enabled=enabled, path=path)
+
+
+def _slug(name: str) -> bool:
+    return name.isascii() and all(ch.isalnum() or ch in "-_" for ch in name)
+
+
+def _join(path: str, key: str) -> str:
+    return key if path == "$" else f"{path}.{key}"
+
+
+def _type(value: Any) -> str:
+    return {type(None): "nothing", bool: "a boolean", int: "a number", float: "a number", str: "a string",
+            list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__)

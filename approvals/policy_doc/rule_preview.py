@@ -1,0 +1,45 @@
+"""The impact of one rule edit, for the admin's rule form (issue 32): the live policy with that one
+rule changed, compared with the live policy itself over the recorded gate decisions."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+from approvals.policy_doc.document import GroupDoc, PolicyDoc, RuleDoc, policy_doc
+from approvals.policy_doc.history import DEFAULT_DAYS, recorded_decisions
+from approvals.policy_doc.impact import Impact, impact_between
+from approvals.policy_doc.live import policy_live
+
+
+def rule_doc(*, tool_pattern: str, arg_matchers: dict[str, str], action: str, priority: int,
+             approval_ttl: timedelta | None, enabled: bool, note: str) -> RuleDoc:
+    """A rule's form values as a document rule."""
+    return RuleDoc(tool=tool_pattern.strip(), action=action, priority=priority,
+                   args=tuple(sorted((str(k), str(v)) for k, v in arg_matchers.items())),
+                   approval_ttl=int(approval_ttl.total_seconds()) if approval_ttl is not None else None,
+                   enabled=enabled, note=note)
+
+
+def with_rule(live: PolicyDoc, *, rule_id: int | None, group: str | None, rule: RuleDoc | None) -> PolicyDoc:
+    """``live`` with rule ``rule_id`` removed (when given) and ``rule`` added to ``group``'s set (when given)."""
+
+    def keep(rules: tuple[RuleDoc, ...], name: str | None) -> list[RuleDoc]:
+        kept = [r for r in rules if rule_id is None or r.row_id != rule_id]
+        return [*kept, rule] if rule is not None and name == group else kept
+
+    groups = [replace(g, rules=tuple(keep(g.rules, g.name))) for g in live.groups]
+    if rule is not None and group is not None and group not in {g.name for g in live.groups}:
+        groups.append(GroupDoc(name=group, rules=(rule,)))
+    return policy_doc(rules=keep(live.rules, None), groups=groups, patterns=live.patterns, allow=live.allow,
+                      agents=live.agents)
+
+
+def rule_change_impact(*, rule_id: int | None, group: str | None, rule: RuleDoc | None,
+                       days: int = DEFAULT_DAYS) -> Impact:
+    """What saving this rule (``rule`` None: deleting rule ``rule_id``) would have changed over the
+    last ``days`` days of recorded calls, against the live policy."""
+    live = policy_live()
+    history = recorded_decisions(days=days)
+    return impact_between(history.decisions, live, with_rule(live, rule_id=rule_id, group=group, rule=rule),
+                          days=days)
