@@ -1,0 +1,17 @@
+"""``/api/policy/…``: the governance configuration over REST (issue 32), admins only."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from approvals.policy_doc.api import PolicyApplyView, PolicyPlanView
+from approvals.rules.policy_api import GroupDetail, GroupList, RuleDetail, RuleList
+
+urlpatterns = [
+    path("rules/", RuleList.as_view(), name="policy-rules"),
+    path("rules/<int:rule_id>/", RuleDetail.as_view(), name="policy-rule"),
+    path("groups/", GroupList.as_view(), name="policy-groups"),
+    path("groups/<int:group_id>/", GroupDetail.as_view(), name="policy-group"),
+    path("plan", PolicyPlanView.as_view(), name="policy-plan"),
+    path("apply", PolicyApplyView.as_view(), name="policy-apply"),
+]
