@@ -103,12 +103,15 @@ def approval_rule_update(*, actor: Actor, rule_id: int, if_match: tuple[str, ...
         return approval_rule_save(actor=actor, rule=rule, changed=changed)
 
 
-def approval_rule_remove(*, actor: Actor, rule_id: int, if_match: tuple[str, ...]) -> None:
-    """Delete the rule, if it is still the version ``if_match`` names (``rule_not_found``, 412)."""
+def approval_rule_remove(*, actor: Actor, rule_id: int, if_match: tuple[str, ...]) -> dict[str, Any]:
+    """Delete the rule, if it is still the version ``if_match`` names (``rule_not_found``, 412);
+    returns what it was."""
     with transaction.atomic():
         rule = _rule_locked(rule_id)
         precondition_check(if_match, rule_etag(rule))
+        view = rule_view(rule)
         approval_rule_delete(actor=actor, rule=rule)
+        return view
 
 
 def rule_get(rule_id: int) -> ApprovalRule:
@@ -183,12 +186,14 @@ def security_group_update(*, actor: Actor, group_id: int, if_match: tuple[str, .
         return security_group_save(actor=actor, group=group, changed=changed, users=users, agents=agents)
 
 
-def security_group_remove(*, actor: Actor, group_id: int, if_match: tuple[str, ...]) -> None:
-    """Delete the group and its rules, if it is still the version ``if_match`` names."""
+def security_group_remove(*, actor: Actor, group_id: int, if_match: tuple[str, ...]) -> dict[str, Any]:
+    """Delete the group and its rules, if it is still the version ``if_match`` names; returns what it was."""
     with transaction.atomic():
         group, rules = _group_locked(group_id)
-        precondition_check(if_match, group_etag(group_view(group, rules)))
+        view = group_view(group, rules)
+        precondition_check(if_match, group_etag(view))
         security_group_delete(actor=actor, group=group)
+        return view
 
 
 def group_get(group_id: int) -> SecurityGroup:

@@ -84,6 +84,11 @@ class PolicyRule(PolicyRuleFields):
     etag = serializers.CharField(help_text="The ETag header's value.")
 
 
+class DeletedRule(PolicyRuleFields):
+    hit_count = serializers.IntegerField()
+    deleted = serializers.BooleanField()
+
+
 class GroupInput(StrictInput):
     name = serializers.CharField(max_length=80)
     description = serializers.CharField(max_length=2000, allow_blank=True, required=False, default="")
@@ -101,6 +106,16 @@ class PolicyGroup(serializers.Serializer):
     agents = serializers.ListField(child=serializers.CharField())
     rules = PolicyRuleFields(many=True)
     etag = serializers.CharField(help_text="The ETag header's value (it covers the rules too).")
+
+
+class DeletedGroup(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
+    users = serializers.ListField(child=serializers.CharField())
+    agents = serializers.ListField(child=serializers.CharField())
+    rules = PolicyRuleFields(many=True)
+    deleted = serializers.BooleanField()
 
 
 def _parsed(serializer: type[StrictInput], request: Request, *, partial: bool = False) -> dict[str, Any]:
@@ -167,12 +182,13 @@ class RuleDetail(APIView):
         return _tagged(_rule_body(rule))
 
     @extend_schema(operation_id="policy_rule_delete", summary="Delete an approval rule (If-Match)",
+                   description="Answers the rule as it was (its audit row keeps it too).",
                    parameters=[IF_MATCH],
-                   responses={204: None, **admin_errors(_404="rule_not_found", conditional=True)})
+                   responses={200: DeletedRule, **admin_errors(_404="rule_not_found", conditional=True)})
     def delete(self, request: Request, rule_id: int) -> Response:
-        conditional.approval_rule_remove(actor=Actor.user(caller(request)), rule_id=rule_id,
-                                         if_match=if_match_require(request.headers.get("If-Match")))
-        return Response(status=status.HTTP_204_NO_CONTENT)
+        was = conditional.approval_rule_remove(actor=Actor.user(caller(request)), rule_id=rule_id,
+                                               if_match=if_match_require(request.headers.get("If-Match")))
+        return Response({**was, "deleted": True})
 
 
 class GroupList(APIView):
@@ -219,9 +235,10 @@ class GroupDetail(APIView):
         return _tagged(_group_body(group))
 
     @extend_schema(operation_id="policy_group_delete", summary="Delete a security group and its rules (If-Match)",
+                   description="Answers the group as it was, with the rules deleted with it.",
                    parameters=[IF_MATCH],
-                   responses={204: None, **admin_errors(_404="group_not_found", conditional=True)})
+                   responses={200: DeletedGroup, **admin_errors(_404="group_not_found", conditional=True)})
     def delete(self, request: Request, group_id: int) -> Response:
-        conditional.security_group_remove(actor=Actor.user(caller(request)), group_id=group_id,
-                                          if_match=if_match_require(request.headers.get("If-Match")))
-        return Response(status=status.HTTP_204_NO_CONTENT)
+        was = conditional.security_group_remove(actor=Actor.user(caller(request)), group_id=group_id,
+                                                if_match=if_match_require(request.headers.get("If-Match")))
+        return Response({**was, "deleted": True})

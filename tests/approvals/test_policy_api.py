@@ -67,7 +67,8 @@ def test_it_creates_reads_changes_and_deletes_a_rule_through_the_service(admin_a
     assert len(rule_audits()) == audits  # nothing changed, nothing audited
 
     gone = admin_api.delete(url, HTTP_IF_MATCH=changed["ETag"])
-    assert gone.status_code == 204
+    was = {key: value for key, value in changed.json().items() if key != "etag"}
+    assert (gone.status_code, gone.json()) == (200, {**was, "deleted": True})
     assert not ApprovalRule.objects.filter(pk=body["id"]).exists()
     assert rule_audits()[-1]["deleted"] is True
     assert admin_api.get(url).json()["code"] == "rule_not_found"
@@ -149,7 +150,8 @@ def test_it_creates_changes_and_deletes_a_group_with_members_and_rules(admin_api
     assert (changed.json()["name"], changed.json()["users"]) == ("nights", ["bob"])
     assert audits(AuditKind.GROUP_CHANGED)[-1]["changed"] == ["name", "users"]
 
-    assert admin_api.delete(url, HTTP_IF_MATCH=changed["ETag"]).status_code == 204
+    gone = admin_api.delete(url, HTTP_IF_MATCH=changed["ETag"])
+    assert gone.status_code == 200 and [r["tool_pattern"] for r in gone.json()["rules"]] == ["*"]
     assert not SecurityGroup.objects.filter(name="nights").exists()
     assert not ApprovalRule.objects.filter(group__isnull=False, tool_pattern="*").exists()
 
