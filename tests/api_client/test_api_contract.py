@@ -187,12 +187,19 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 # - a conditional write whose If-Match names another version than the row's: 412, the state of the row
 #   (the value is well formed; a random one is simply never the current ETag);
 # - a policy document: YAML in a string, with a JSON Schema of its own that OpenAPI cannot apply to a
-#   string's content; what does not hold is 400 policy_invalid, as the command answers (exit 2).
+#   string's content; what does not hold is 400 policy_invalid, as the command answers (exit 2);
+# - a tripwire regular expression the detector refuses (not a regex, unbounded backtracking, matching
+#   the empty text): another language in a string, checked by the service the admin's form uses.
+_STALE = frozenset({(412, "precondition_failed")})
 STATE_REFUSALS: dict[str, frozenset[tuple[int, str]]] = {
-    **{op: frozenset({(412, "precondition_failed")}) for op in (
-        "policy_rule_update", "policy_rule_delete", "policy_group_update", "policy_group_delete")},
+    **{f"policy_{kind}_{verb}": _STALE for kind in ("rule", "group", "tripwire_pattern", "tripwire_allow")
+       for verb in ("update", "delete")},
     "policy_plan": frozenset({(400, "policy_invalid")}),
     "policy_apply": frozenset({(400, "policy_invalid")}),
+    "policy_tripwire_pattern_create": frozenset({(400, "tripwire_pattern_invalid")}),
+    "policy_tripwire_pattern_update": _STALE | {(400, "tripwire_pattern_invalid")},
+    "policy_tripwire_allow_create": frozenset({(400, "tripwire_allow_invalid")}),
+    "policy_tripwire_allow_update": _STALE | {(400, "tripwire_allow_invalid")},
 }
 
 
