@@ -194,6 +194,7 @@ _STALE = frozenset({(412, "precondition_failed")})
 STATE_REFUSALS: dict[str, frozenset[tuple[int, str]]] = {
     **{f"policy_{kind}_{verb}": _STALE for kind in ("rule", "group", "tripwire_pattern", "tripwire_allow")
        for verb in ("update", "delete")},
+    "policy_agent_update": _STALE,
     "policy_plan": frozenset({(400, "policy_invalid")}),
     "policy_apply": frozenset({(400, "policy_invalid")}),
     "policy_tripwire_pattern_create": frozenset({(400, "tripwire_pattern_invalid")}),
