@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from approvals.agents import conditional
-from approvals.rules.policy_api import ETAG_HEADER, IF_MATCH, admin_errors
+from approvals.policy_api_schema import ETAG_HEADER, IF_MATCH, admin_errors
 from audit.actors import Actor
 from skald.core.api.conditional import if_match_require
 from skald.core.api.permissions import AdminRequired, caller

@@ -14,13 +14,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from approvals.policy_api_schema import admin_errors
 from approvals.policy_doc.apply import policy_apply
 from approvals.policy_doc.document import PolicyDoc
 from approvals.policy_doc.history import DEFAULT_DAYS
 from approvals.policy_doc.parse import PolicyInvalid, Problem, load_text, parse
 from approvals.policy_doc.plan import policy_plan
 from audit.actors import Actor
-from skald.core.api.errors_schema import error_responses
 from skald.core.api.permissions import AdminRequired, caller
 from skald.core.api.strict_input import StrictInput
 
@@ -33,8 +33,8 @@ DOCUMENT_HELP = ("The policy document as YAML text (docs/policy.md; its JSON Sch
 # policy_invalid is 400 although the body is schema-valid: the document is YAML in a string, a
 # language the OpenAPI schema cannot describe (its own JSON Schema does), and it is what the command
 # answers (exit 2). tests/api_client/test_api_contract.py names it as the one such exception.
-ERRORS_PLAN = error_responses(_400=("invalid", "policy_invalid"), _403="admin_required")
-ERRORS_APPLY = error_responses(_400=("invalid", "policy_invalid"), _403="admin_required", _409="policy_changed")
+ERRORS_PLAN = admin_errors(_400=("invalid", "policy_invalid"))
+ERRORS_APPLY = admin_errors(_400=("invalid", "policy_invalid"), _409="policy_changed")
 
 
 class PlanInput(StrictInput):

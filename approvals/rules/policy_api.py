@@ -11,37 +11,24 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import F
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from approvals.models import ApprovalRule, SecurityGroup
+from approvals.policy_api_schema import ETAG_HEADER, IF_MATCH, admin_errors
 from approvals.policy_doc.parse import MAX_PRIORITY
 from approvals.rules import conditional
 from approvals.rules.engine import ACTIONS
 from approvals.rules.seed import DEFAULT_PRIORITY
 from audit.actors import Actor
-from skald.core.api.conditional import IF_MATCH_DESCRIPTION, if_match_require
-from skald.core.api.errors_schema import error_responses
+from skald.core.api.conditional import if_match_require
 from skald.core.api.permissions import AdminRequired, caller
 from skald.core.api.strict_input import NUL_FREE, StrictInput
 
 MAX_TTL = 10 * 365 * 24 * 3600  # seconds; ten years is "never" for an approval
-ETAG_HEADER = OpenApiParameter("ETag", OpenApiTypes.STR, location=OpenApiParameter.HEADER, response=[200, 201],
-                               description="The row's version: send it back in If-Match to change or delete it.")
-IF_MATCH = OpenApiParameter("If-Match", OpenApiTypes.STR, location=OpenApiParameter.HEADER, required=True,
-                            description=IF_MATCH_DESCRIPTION)
-
-
-def admin_errors(*, conditional: bool = False, **by_status: tuple[str, ...] | str) -> dict[int, Any]:
-    """The operation's errors, with 403 ``admin_required`` and (``conditional``) 412 and 428."""
-    if conditional:
-        by_status |= {"_412": "precondition_failed", "_428": "precondition_required"}
-    by_status["_403"] = "admin_required"
-    return error_responses(authenticated=True, **by_status)  # type: ignore[arg-type]  # keys are _<status>
 
 
 @extend_schema_field({"type": "object", "propertyNames": {"pattern": NUL_FREE},

@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from approvals.models import TripwireAllowEntry, TripwirePattern
-from approvals.rules.policy_api import ETAG_HEADER, IF_MATCH, admin_errors
+from approvals.policy_api_schema import ETAG_HEADER, IF_MATCH, admin_errors
 from approvals.tripwires import conditional
 from audit.actors import Actor
 from loop.tripwires import MAX_PATTERN_LENGTH
