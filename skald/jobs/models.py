@@ -106,6 +106,9 @@ class JobRun(models.Model):
     delivery_error = models.CharField(max_length=300, blank=True, help_text="The last delivery's error.")
     dead_lettered_at = models.DateTimeField(null=True, blank=True, help_text="Parked after too many failed "
                                             "deliveries: the sweep skips it until an operator retries it.")
+    returned_tokens = models.PositiveBigIntegerField(null=True, blank=True, help_text="What the task reserved "
+                                                     "and did not spend, given back to its root's ledger when it "
+                                                     "ended (null: nothing was reserved).")
 
     class Meta:
         ordering = ["job_id", "number"]

@@ -177,6 +177,26 @@ def job_run_start(*, job_id: int) -> JobRun | None:
     return run
 
 
+def _return_unspent(job: ScheduledJob, run: JobRun, exchange_id: int | None) -> int | None:
+    """Give back to the ledger the task reserved from (its spawning exchange's) what the run did not
+    spend, inside the caller's transaction: the run's ending, so exactly once (issue 27 §2). A run
+    whose spend is unknown (accounting incomplete) gives back nothing. None: nothing was reserved."""
+    if job.kind != JobKind.TASK or job.budget_tokens is None or job.parent_exchange_id is None:
+        return None
+    spent = 0
+    exchange = Exchange.objects.filter(pk=exchange_id).first() if exchange_id is not None else None
+    if exchange is not None:
+        if exchange.accounting_incomplete:
+            return 0
+        # Its ledger (its own calls and what it reserved for its own tasks), never below what its
+        # calls used (a run that broke may not have saved its ledger).
+        spent = max(exchange.reserved_tokens - exchange.returned_tokens, exchange.input_tokens + exchange.output_tokens)
+    unspent = max(0, job.budget_tokens - spent)
+    kernel_store().exchanges.return_reserved(job.parent_exchange_id, unspent)
+    run.returned_tokens = unspent
+    return unspent
+
+
 def job_run_finish(*, run_id: int, ending: Ending, output: str = "", exchange_id: int | None = None) -> JobRun | None:
     """Record a run's ending exactly once and enqueue its delivery on commit.
 
@@ -192,12 +212,14 @@ def job_run_finish(*, run_id: int, ending: Ending, output: str = "", exchange_id
         run.ended_at = clock.now()
         if exchange_id is not None:
             run.exchange_id = exchange_id
-        run.save(update_fields=["status", "outcome", "error", "output", "ended_at", "exchange"])
         job = run.job
+        returned = _return_unspent(job, run, run.exchange_id)
+        run.save(update_fields=["status", "outcome", "error", "output", "ended_at", "exchange", "returned_tokens"])
         if job.kind == JobKind.TASK:
             _set_job_status(job, ending.status)
         _audit(AuditKind.JOB_STATE_CHANGED, job, {"run": run.number, "to": ending.status, "outcome": ending.outcome,
-                                                  "reason": ending.reason[:200]})
+                                                  "reason": ending.reason[:200],
+                                                  **({} if returned is None else {"returned_tokens": returned})})
         announce(job, run)
         enqueue_on_commit(DELIVER, run.pk)
     return run
@@ -227,10 +249,14 @@ def job_cancel(*, job_id: int, principal: str) -> ScheduledJob:
             return job
         if job.status == JobStatus.QUEUED:
             _set_job_status(job, JobStatus.CANCELLED)
-            run = JobRun.objects.create(job=job, number=1, status=RunEnding.CANCELLED, outcome="canceled",
-                                        error="cancelled before it started", session=job.child_session,
-                                        started_at=clock.now(), ended_at=clock.now())
-            _audit(AuditKind.JOB_STATE_CHANGED, job, {"run": 1, "to": RunEnding.CANCELLED}, actor)
+            run = JobRun(job=job, number=1, status=RunEnding.CANCELLED, outcome="canceled",
+                         error="cancelled before it started", session=job.child_session,
+                         started_at=clock.now(), ended_at=clock.now())
+            returned = _return_unspent(job, run, None)  # it spent nothing: the whole reservation
+            run.save()
+            _audit(AuditKind.JOB_STATE_CHANGED, job, {"run": 1, "to": RunEnding.CANCELLED,
+                                                      **({} if returned is None else {"returned_tokens": returned})},
+                   actor)
             announce(job, run)
             enqueue_on_commit(DELIVER, run.pk)
             return job

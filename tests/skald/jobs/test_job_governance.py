@@ -5,6 +5,7 @@ child's."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -24,6 +25,7 @@ from skald.jobs import delivery
 from skald.jobs.cron import cron_job_create
 from skald.jobs.delivery import deliver_due, deliveries_due
 from skald.jobs.models import JobRun, ScheduledJob
+from skald.jobs.runner import job_sync_from_exchange
 from skald.jobs.selectors import tree_spend
 from skald.jobs.services import DEAD_LETTER_AFTER, job_run_delivery_failed, job_run_delivery_retry
 from skald.loop_adapters.runtime import set_provider_factory
@@ -264,6 +266,42 @@ def test_an_async_task_spends_from_its_roots_budget_never_a_fresh_one(
     tree = tree_spend(session_id=conversation.pk)  # what the admin's run page and /metrics show
     assert (tree.own, tree.tasks, tree.task_count) == (parent, task, 1)
     assert f'skald_job_tokens_total{{kind="task"}} {float(task)}'.encode() in metrics_render()
+    assert run.returned_tokens == 0  # it spent its whole reservation: nothing comes back
+
+
+def test_what_an_async_task_did_not_spend_returns_to_its_root(
+        routed, conversation, say, allow_all, inline_tasks, settings):
+    """The root reserved 480 of its 600 for the task; the task spent 120 and ended, so 360 came back
+    to the root's ledger when it ended (once, with its ending) and the root spent it: three more
+    turns in the same exchange, where without the return its next turn was refused."""
+    route, provider = routed
+    settings.SKALD_LOOP_BOUNDS = {"budget_tokens": 600}
+    Agent.objects.filter(name="log-analyst").update(bounds={})
+    usage = (60, 60)
+    route.queues["root"].extend([
+        tool_turn(("execute_task", {"agent": "log-analyst", "task": "dig", "mode": "async"}), usage=usage),
+        tool_turn(("scratchpad_set", {"key": "a", "value": "1"}), usage=usage),
+        tool_turn(("scratchpad_set", {"key": "b", "value": "2"}), usage=usage),
+        text_turn("done while it ran", usage=usage), text_turn("read it", usage=usage)])
+    route.queues["job"].append(text_turn("found it", usage=usage))
+    first = say("dig in the background and keep going")
+
+    job = ScheduledJob.objects.get()
+    run = job.runs.get()
+    assert (job.budget_tokens, run.status, run.returned_tokens) == (480, "succeeded", 360)
+    first.refresh_from_db()
+    assert first.outcome == "completed"  # its 600 was reserved at spawn; the return let it finish
+    assert first.returned_tokens == 360
+    root_first_exchange = sum(1 for r in provider.calls if r.metadata["session"] == conversation.pk
+                              and r.metadata["exchange"] == first.number) * 120
+    assert root_first_exchange == 480 and root_first_exchange + spend(provider, conversation.pk)[1] == 600
+    endings = [json.loads(event.payload) for event in AuditEvent.objects.filter(kind=AuditKind.JOB_STATE_CHANGED,
+                                                                     subject_id=str(job.pk))]
+    assert [p["returned_tokens"] for p in endings if p.get("to") == "succeeded"] == [360]
+
+    job_sync_from_exchange(run.exchange_id)  # a redelivered ending (recovery) returns nothing twice
+    first.refresh_from_db()
+    assert first.returned_tokens == 360
 
 
 def test_a_worker_lost_between_a_runs_end_and_its_delivery_strands_nothing(
