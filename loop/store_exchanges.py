@@ -282,7 +282,9 @@ class ExchangeLog:
                                    subject_type="exchange", subject_id=exchange.pk,
                                    payload={"reserved_tokens": ledger.reserved_tokens})
         if isinstance(outcome, Canceled):
-            self.journal.append(exchange.session_id, EventKind.CANCELED, {"reason": outcome.reason},
+            # ``cause`` is what a viewer branches on (a withdrawn task's card reads differently).
+            self.journal.append(exchange.session_id, EventKind.CANCELED,
+                                {"reason": outcome.reason, "cause": outcome.cause.value},
                                 f"s{exchange.session_id}:e{exchange.number}:canceled", exchange_id=exchange.pk)
         # The end marker viewers follow: every outcome, not only the ones with a message.
         last = self.journal.append(exchange.session_id, EventKind.EXCHANGE_SETTLED, {"outcome": outcome.name},

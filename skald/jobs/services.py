@@ -27,7 +27,7 @@ from skald.core.queue import enqueue_on_commit
 from skald.jobs.classify import Ending
 from skald.jobs.models import JobKind, JobRun, JobStatus, RunEnding, ScheduledJob
 from skald.loop_adapters.store import kernel_store
-from skald.sessions.parked import stop_unheld
+from skald.sessions.parked import TASK_WITHDRAWN, stop_unheld
 
 TASK_UPDATE = EventKind.TASK_UPDATE
 TASKS_ACTOR = Actor.system("tasks")
@@ -282,7 +282,7 @@ def _stop_unheld_run(exchange_id: int, *, principal: str) -> None:
     store = kernel_store()
     with transaction.atomic():
         if store.exchanges.claim_for_recovery(exchange_id, new_token(), principal=principal, reason="stop"):
-            stop_unheld(store.exchanges.get(exchange_id), principal=principal)
+            stop_unheld(store.exchanges.get(exchange_id), principal=principal, ending=TASK_WITHDRAWN)
             enqueue_on_commit(FOLLOW_EXCHANGE, exchange_id)
 
 

@@ -224,6 +224,27 @@ def test_cancelling_a_task_parked_on_an_approval_withdraws_it_and_ends_the_task_
     assert run.delivered_at is not None
     (delivered,) = task_completed_calls(conversation)
     assert "was cancelled" in delivered.result
+    # What the console reads (the task's conversation, through the API): the stop's row says the
+    # task was withdrawn, so the card reads "Withdrawn: the task was cancelled", not an exchange stop.
+    assert card.session_id == job.child_session_id
+    events = api(alice).get(f"/api/sessions/{job.child_session_id}/events/").json()["results"]
+    (stopped,) = [e["payload"] for e in events if e["kind"] == "canceled"]
+    assert stopped == {"reason": "the task was cancelled", "cause": "withdrawn"}
+
+
+def test_a_stopped_exchange_reads_as_a_stop_not_a_withdrawal(conversation, say, api, alice, inline_tasks):
+    """The other side of the console's branch: a user's stop of a parked exchange says ``stop``."""
+    default_rules_ensure()
+    set_provider_factory(lambda agent: LoopbackProvider([tool_turn(WRITE)], repeat_last=True))
+    try:
+        say("write it down")
+    finally:
+        set_provider_factory(None)
+    assert PendingApproval.objects.filter(status=ApprovalStatus.PENDING).count() == 1
+    assert api(alice).post(f"/api/sessions/{conversation.pk}/stop/").status_code in (200, 202)
+    events = api(alice).get(f"/api/sessions/{conversation.pk}/events/").json()["results"]
+    (stopped,) = [e["payload"] for e in events if e["kind"] == "canceled"]
+    assert stopped == {"reason": "stop requested", "cause": "stop"}
 
 
 def spend(provider: LoopbackProvider, parent_session: int) -> tuple[int, int]:
