@@ -66,6 +66,9 @@ class ScheduledJob(models.Model):
                                          related_name="job")
     home_session = models.ForeignKey("loop.Session", null=True, blank=True, on_delete=models.SET_NULL,
                                      related_name="+", help_text="Where a cron job's runs are announced.")
+    notify_owner = models.BooleanField(default=False, help_text="A cron job's home is its owner's Notices "
+                                       "conversation (made on first use, again if it was deleted), not one "
+                                       "its creator chose.")
     cron = models.CharField(max_length=120, blank=True)
     schedule = models.OneToOneField("django_q.Schedule", null=True, blank=True, on_delete=models.SET_NULL,
                                     related_name="skald_job")
