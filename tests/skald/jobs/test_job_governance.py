@@ -26,7 +26,7 @@ from skald.jobs.cron import cron_job_create
 from skald.jobs.delivery import deliver_due, deliveries_due
 from skald.jobs.models import JobRun, ScheduledJob
 from skald.jobs.runner import job_sync_from_exchange
-from skald.jobs.selectors import tree_spend
+from skald.jobs.selectors import tree_spend, tree_spends
 from skald.jobs.services import DEAD_LETTER_AFTER, job_run_delivery_failed, job_run_delivery_retry
 from skald.loop_adapters.runtime import set_provider_factory
 from skald.metrics import render as metrics_render
@@ -323,6 +323,13 @@ def test_what_an_async_task_did_not_spend_returns_to_its_root(
     job_sync_from_exchange(run.exchange_id)  # a redelivered ending (recovery) returns nothing twice
     first.refresh_from_db()
     assert first.returned_tokens == 360
+    # /metrics: the tree's spend (the root's exchanges and its task's) as one observation, and the return.
+    tree = tree_spend(session_id=conversation.pk)
+    assert tree_spends() == [tree.total] and tree.task_count == 1
+    rendered = metrics_render().decode()
+    assert 'skald_tree_tokens_bucket{le="1000"} 1.0' in rendered
+    assert f"skald_tree_tokens_sum {float(tree.total)}" in rendered and "skald_tree_tokens_count 1.0" in rendered
+    assert "skald_job_tokens_returned_total 360.0" in rendered
 
 
 def test_a_worker_lost_between_a_runs_end_and_its_delivery_strands_nothing(
