@@ -184,7 +184,11 @@ def _return_unspent(job: ScheduledJob, run: JobRun, exchange_id: int | None) -> 
     if job.kind != JobKind.TASK or job.budget_tokens is None or job.parent_exchange_id is None:
         return None
     spent = 0
-    exchange = Exchange.objects.filter(pk=exchange_id).first() if exchange_id is not None else None
+    if exchange_id is None and run.session_id is not None:  # admitted, but the link was never written
+        exchange = Exchange.objects.filter(session_id=run.session_id,
+                                           request_key=job_request_key(job, run.number)).first()
+    else:
+        exchange = Exchange.objects.filter(pk=exchange_id).first() if exchange_id is not None else None
     if exchange is not None:
         if exchange.accounting_incomplete:
             return 0

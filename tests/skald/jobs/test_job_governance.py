@@ -21,13 +21,20 @@ from loop.errors import ProviderError
 from loop.models import Frame, ToolCall
 from loop.providers.base import Delta, ProviderRequest
 from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
+from skald.core.errors import Conflict
 from skald.jobs import delivery
 from skald.jobs.cron import cron_job_create
 from skald.jobs.delivery import deliver_due, deliveries_due
 from skald.jobs.models import JobRun, ScheduledJob
 from skald.jobs.runner import job_sync_from_exchange
 from skald.jobs.selectors import tree_spend, tree_spends
-from skald.jobs.services import DEAD_LETTER_AFTER, job_run_delivery_failed, job_run_delivery_retry
+from skald.jobs.services import (
+    DEAD_LETTER_AFTER,
+    job_cancel,
+    job_run_delivery_failed,
+    job_run_delivery_retry,
+    job_submit_task,
+)
 from skald.loop_adapters.runtime import set_provider_factory
 from skald.metrics import render as metrics_render
 from skald.models import Agent
@@ -193,6 +200,25 @@ def test_a_childs_provider_failure_is_the_childs_and_its_parent_reads_it(convers
     assert "provider_http_503" in call.result
     read = [m for m in parent.calls[1].messages if "provider_failed" in str(m)]
     assert read, "the parent's next request carries the child's failure"
+
+
+def test_a_task_cancelled_before_it_ran_returns_its_whole_reservation(conversation, say, alice):
+    """Nothing was spent: the whole reservation goes back, once, with the cancelled ending."""
+    set_provider_factory(lambda agent: LoopbackProvider([text_turn("ok")]))
+    try:
+        parent = say("hello")
+    finally:
+        set_provider_factory(None)
+    job = job_submit_task(owner_id=alice.pk, source="web", parent_session_id=conversation.pk,
+                          parent_exchange_id=parent.pk, parent_call_id=None, agent="log-analyst", task="dig",
+                          tools=[], budget_tokens=300, client="", selection={}, scope_extras={})
+    job_cancel(job_id=job.pk, principal=f"user:{alice.pk}")
+    parent.refresh_from_db()
+    assert (job.runs.get().returned_tokens, parent.returned_tokens) == (300, 300)
+    with pytest.raises(Conflict):
+        job_cancel(job_id=job.pk, principal=f"user:{alice.pk}")  # ended: nothing is returned twice
+    parent.refresh_from_db()
+    assert parent.returned_tokens == 300
 
 
 def test_cancelling_a_task_parked_on_an_approval_withdraws_it_and_ends_the_task_cancelled(
