@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F
 from django_q.models import Schedule
 
 from audit.actors import Actor
@@ -196,9 +197,26 @@ def _return_unspent(job: ScheduledJob, run: JobRun, exchange_id: int | None) -> 
         # calls used (a run that broke may not have saved its ledger).
         spent = max(exchange.reserved_tokens - exchange.returned_tokens, exchange.input_tokens + exchange.output_tokens)
     unspent = max(0, job.budget_tokens - spent)
-    kernel_store().exchanges.return_reserved(job.parent_exchange_id, unspent)
+    _credit(job.parent_exchange_id, unspent)
     run.returned_tokens = unspent
     return unspent
+
+
+def _credit(exchange_id: int, tokens: int) -> None:
+    """Credit a ledger. When it is the exchange of a task whose run has ended already (its own return
+    counted this reservation as spent), what comes back goes on up to the ledger that task reserved
+    from, and so on to the root. That run's row is locked first, so its ending and this credit never
+    interleave (the ending reads its exchange's ledger under the same lock)."""
+    store = kernel_store()
+    target: int | None = exchange_id
+    while target is not None and tokens > 0:
+        holder = (JobRun.objects.select_for_update(of=("self",)).select_related("job")
+                  .filter(exchange_id=target, job__kind=JobKind.TASK).first())
+        store.exchanges.return_reserved(target, tokens)
+        if holder is None or holder.status == RunEnding.RUNNING or holder.returned_tokens is None:
+            return
+        JobRun.objects.filter(pk=holder.pk).update(returned_tokens=F("returned_tokens") + tokens)
+        target = holder.job.parent_exchange_id
 
 
 def job_run_finish(*, run_id: int, ending: Ending, output: str = "", exchange_id: int | None = None) -> JobRun | None:

@@ -18,11 +18,12 @@ from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from loop.cancellation import CancelToken
 from loop.errors import ProviderError
-from loop.models import Frame, ToolCall
+from loop.models import Exchange, Frame, ToolCall
 from loop.providers.base import Delta, ProviderRequest
 from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
 from skald.core.errors import Conflict
 from skald.jobs import delivery
+from skald.jobs.classify import Ending
 from skald.jobs.cron import cron_job_create
 from skald.jobs.delivery import deliver_due, deliveries_due
 from skald.jobs.models import JobRun, ScheduledJob
@@ -33,9 +34,12 @@ from skald.jobs.services import (
     job_cancel,
     job_run_delivery_failed,
     job_run_delivery_retry,
+    job_run_finish,
+    job_run_start,
     job_submit_task,
 )
 from skald.loop_adapters.runtime import set_provider_factory
+from skald.loop_adapters.store import kernel_store
 from skald.metrics import render as metrics_render
 from skald.models import Agent
 from skald.tasks import deliver_due_jobs, run_cron_job
@@ -219,6 +223,42 @@ def test_a_task_cancelled_before_it_ran_returns_its_whole_reservation(conversati
         job_cancel(job_id=job.pk, principal=f"user:{alice.pk}")  # ended: nothing is returned twice
     parent.refresh_from_db()
     assert parent.returned_tokens == 300
+
+
+def test_a_nested_tasks_return_reaches_the_root_when_its_spawning_task_has_ended(conversation, say, alice):
+    """A task (500 reserved) spent 100 and reserved 200 for a task of its own, then ended: it gave
+    back 200. Its task then ends having spent nothing: its 200 goes to the ended task's ledger and
+    on up to the root's, so the root is charged exactly what the tree spent (100)."""
+    set_provider_factory(lambda agent: LoopbackProvider([text_turn("ok")]))
+    try:
+        root = say("hello")
+    finally:
+        set_provider_factory(None)
+
+    def submit(parent_session: int, parent_exchange: int, budget: int) -> ScheduledJob:
+        return job_submit_task(owner_id=alice.pk, source="web", parent_session_id=parent_session,
+                               parent_exchange_id=parent_exchange, parent_call_id=None, agent="log-analyst",
+                               task="dig", tools=[], budget_tokens=budget, client="", selection={},
+                               scope_extras={})
+
+    upper = submit(conversation.pk, root.pk, 500)
+    upper_run = job_run_start(job_id=upper.pk)
+    assert upper_run is not None and upper.child_session_id is not None
+    upper_exchange = kernel_store().exchanges.admit(session_id=upper.child_session_id, request_key="job:x",
+                                                    content="dig", principal="system:tasks", config={}).exchange
+    nested = submit(upper.child_session_id, upper_exchange.pk, 200)
+    # Its ledger as its driver saved it: 100 spent on its calls, 200 reserved for the nested task.
+    Exchange.objects.filter(pk=upper_exchange.pk).update(reserved_tokens=300, input_tokens=60, output_tokens=40)
+    job_run_finish(run_id=upper_run.pk, ending=Ending("succeeded", "completed", ""), output="done",
+                   exchange_id=upper_exchange.pk)
+    root.refresh_from_db()
+    assert root.returned_tokens == 200
+
+    job_cancel(job_id=nested.pk, principal=f"user:{alice.pk}")  # it never ran: all 200 comes back
+    root.refresh_from_db()
+    upper_run.refresh_from_db()
+    assert (root.returned_tokens, upper_run.returned_tokens) == (400, 400)  # the root paid 100 for the tree
+    assert Exchange.objects.get(pk=upper_exchange.pk).returned_tokens == 200
 
 
 def test_cancelling_a_task_parked_on_an_approval_withdraws_it_and_ends_the_task_cancelled(
