@@ -67,7 +67,7 @@ class CronJobForm(forms.ModelForm):
 class JobRunInline(ReadOnlyMixin, admin.TabularInline):
     model = JobRun
     fields = ("number", "status", "outcome", "error", "started_at", "ended_at", "delivered_at", "delivery_attempts",
-              "delivery_error", "dead_lettered_at", "session")
+              "delivery_error", "dead_lettered_at", "returned_tokens", "session")
     readonly_fields = fields
     extra = 0
     max_num = 0

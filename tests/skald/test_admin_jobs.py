@@ -57,6 +57,7 @@ def test_an_operator_schedules_a_cron_job_and_sees_its_runs(operator_client, age
     assert "#1 succeeded" in listing and "0 3 * * *" in listing
     detail = operator_client.get(f"/admin/skald/scheduledjob/{job.pk}/change/").content.decode()
     assert "succeeded" in detail and "Next run" in detail
+    assert "Returned tokens" in detail  # what a task gave back to its root (none for a cron run)
 
     edited = operator_client.post(f"/admin/skald/scheduledjob/{job.pk}/change/",
                                   {"task": "nightly, earlier", "cron": "0 2 * * *", **inline_management(1),
