@@ -12,6 +12,7 @@ import logging
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from loop.admission import InputRefused, admit_exchange, run_hook
 from loop.budgets import BudgetRefused, DispatchAuthority
@@ -259,7 +260,9 @@ class FrameDrive:
     def start(cls, env: LoopEnv, exchange: Exchange, token: CancelToken, approved: frozenset[int] = frozenset()
               ) -> FrameDrive:
         authority = DispatchAuthority(budget_tokens=exchange.budget_tokens, spent_tokens=exchange.reserved_tokens,
-                                      accounting_incomplete=exchange.accounting_incomplete)
+                                      accounting_incomplete=exchange.accounting_incomplete,
+                                      returned_tokens=exchange.returned_tokens,
+                                      returns=partial(env.store.exchanges.returned, exchange.pk))
         specs = env.tools.specs()
         if env.discovery is not None:
             env.discovery.offered(specs)

@@ -65,6 +65,9 @@ class Exchange(models.Model):
     output_tokens = models.PositiveBigIntegerField(default=0)
     budget_tokens = models.PositiveBigIntegerField(null=True, blank=True)
     reserved_tokens = models.PositiveBigIntegerField(default=0)
+    # What async tasks reserved from this ledger and did not spend, given back when each ended
+    # (written by the task's ending, never by this exchange's driver; the spend is the difference).
+    returned_tokens = models.PositiveBigIntegerField(default=0)
     accounting_incomplete = models.BooleanField(default=False)
     config = models.JSONField(default=dict, blank=True)
     receipt = models.JSONField(null=True, blank=True)

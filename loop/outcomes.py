@@ -24,6 +24,7 @@ class CancelCause(StrEnum):
 
     STOP = "stop"  # a user or operator asked it to stop
     CLOSED_BY_HUMAN = "closed_by_human"  # a human answered a handoff with "close"
+    WITHDRAWN = "withdrawn"  # whoever asked for the work withdrew it (its async task was cancelled)
 
 
 @dataclass(frozen=True, slots=True)

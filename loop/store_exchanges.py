@@ -182,6 +182,17 @@ class ExchangeLog:
     def cancel_requested(self, exchange_id: int) -> bool:
         return rows.cancel_requested(exchange_id)
 
+    def return_reserved(self, exchange_id: int, tokens: int) -> None:
+        """Credit ``tokens`` a task reserved from this exchange's ledger and did not spend, inside
+        the caller's transaction (the task's ending: so exactly once)."""
+        assert sql.in_transaction(), "a return commits with the task's ending"
+        if tokens > 0:
+            rows.add_returned(exchange_id, tokens)
+
+    def returned(self, exchange_id: int) -> int:
+        """What tasks gave back to this exchange's ledger so far."""
+        return rows.returned(exchange_id)
+
     def release_thread(self) -> None:
         """A watcher thread that polled these rows ends: close its connections (the stop watcher's
         source is this part: ``cancel_requested``, ``renew``, ``lease_seconds``)."""
@@ -271,7 +282,9 @@ class ExchangeLog:
                                    subject_type="exchange", subject_id=exchange.pk,
                                    payload={"reserved_tokens": ledger.reserved_tokens})
         if isinstance(outcome, Canceled):
-            self.journal.append(exchange.session_id, EventKind.CANCELED, {"reason": outcome.reason},
+            # ``cause`` is what a viewer branches on (a withdrawn task's card reads differently).
+            self.journal.append(exchange.session_id, EventKind.CANCELED,
+                                {"reason": outcome.reason, "cause": outcome.cause.value},
                                 f"s{exchange.session_id}:e{exchange.number}:canceled", exchange_id=exchange.pk)
         # The end marker viewers follow: every outcome, not only the ones with a message.
         last = self.journal.append(exchange.session_id, EventKind.EXCHANGE_SETTLED, {"outcome": outcome.name},

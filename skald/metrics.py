@@ -22,6 +22,7 @@ from loop.hooks import HookPoint
 from loop.models import Exchange, ExchangeStatus, SessionEvent
 from skald import backpressure, dbpool
 from skald.jobs.models import JobRun
+from skald.jobs.selectors import tree_spends
 
 
 class StoreCollector(Collector):
@@ -98,6 +99,7 @@ def _hook_families() -> Iterator[Metric]:
 
 
 PERMILLE_BUCKETS = (0, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000)
+TREE_TOKEN_BUCKETS = (1_000, 10_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 5_000_000)
 
 
 def _compaction_families() -> Iterator[Metric]:
@@ -135,6 +137,15 @@ def _job_families() -> Iterator[Metric]:
     for kind in ("task", "cron"):
         spent.add_metric([kind], by_kind.get(kind, 0))
     yield spent
+    trees = tree_spends()  # a histogram, not a label per tree: trees are unbounded
+    buckets = [(str(bound), sum(1 for tokens in trees if tokens <= bound)) for bound in TREE_TOKEN_BUCKETS]
+    yield HistogramMetricFamily("skald_tree_tokens", "Provider tokens per tree (a root conversation with its "
+                                "async tasks at any depth)", buckets=[*buckets, ("+Inf", len(trees))],
+                                sum_value=sum(trees))
+    returned = CounterMetricFamily("skald_job_tokens_returned", "Tokens async tasks reserved from their root "
+                                   "and gave back unspent when they ended")
+    returned.add_metric([], int(JobRun.objects.aggregate(t=Sum("returned_tokens"))["t"] or 0))
+    yield returned
 
 
 MetricSource = Callable[[], Iterable[Metric]]

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.db.models import Field, Q
+from django.db.models import F, Field, Q
 
 from loop.models import (
     Exchange,
@@ -192,6 +192,16 @@ def cancel_requested(exchange_id: int) -> bool:
 def save_ledger(exchange_id: int, *, reserved_tokens: int, accounting_incomplete: bool) -> None:
     Exchange.objects.filter(pk=exchange_id).update(reserved_tokens=reserved_tokens,
                                                    accounting_incomplete=accounting_incomplete)
+
+
+def add_returned(exchange_id: int, tokens: int) -> None:
+    """Give back to an exchange's ledger what a task reserved from it and did not spend (additive:
+    its driver, live or not, never writes this column)."""
+    Exchange.objects.filter(pk=exchange_id).update(returned_tokens=F("returned_tokens") + tokens)
+
+
+def returned(exchange_id: int) -> int:
+    return int(Exchange.objects.filter(pk=exchange_id).values_list("returned_tokens", flat=True).first() or 0)
 
 
 def mark_parked(exchange_id: int) -> None:

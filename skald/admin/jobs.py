@@ -27,11 +27,14 @@ class CronJobForm(forms.ModelForm):
     cron = forms.CharField(max_length=120, help_text="min hour day month weekday (an optional 6th field: seconds)")
     home_session = forms.ModelChoiceField(
         queryset=Session.objects.none(), label="Home conversation", required=False,
-        help_text="Where each run's result is posted: one of your conversations (issue 27 §7).")
+        help_text="Where each run's result is posted: one of your conversations (issue 27 §7) …")
+    notify_owner = forms.BooleanField(
+        label="… or notify the owner", required=False,
+        help_text="Post each run's result to the owner's Notices conversation instead (made on first use).")
 
     class Meta:
         model = ScheduledJob
-        fields = ["agent", "task", "cron", "source", "home_session"]
+        fields = ["agent", "task", "cron", "source", "home_session", "notify_owner"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -42,12 +45,17 @@ class CronJobForm(forms.ModelForm):
         if isinstance(field, forms.ChoiceField):
             field.choices = [(name, name) for name in names]
 
-    def clean_home_session(self) -> Session | None:
-        home: Session | None = self.cleaned_data.get("home_session")
-        if self.instance.pk is None and home is None:  # its runs' results would reach nobody
-            raise forms.ValidationError("A cron job needs a home conversation for its results.",
-                                        code="cron_home_required")
-        return home
+    def clean(self) -> dict[str, Any] | None:
+        data = super().clean()
+        if self.instance.pk is None and data is not None:  # a new job's home: exactly one of the two
+            home, notify = data.get("home_session"), data.get("notify_owner")
+            if home is None and not notify:  # its runs' results would reach nobody
+                raise forms.ValidationError("A cron job needs a home for its results: pick a conversation "
+                                            "or notify the owner.", code="cron_home_required")
+            if home is not None and notify:
+                raise forms.ValidationError("Pick a home conversation or notify the owner, not both.",
+                                            code="cron_home_ambiguous")
+        return data
 
     def clean_cron(self) -> str:
         try:
@@ -59,7 +67,7 @@ class CronJobForm(forms.ModelForm):
 class JobRunInline(ReadOnlyMixin, admin.TabularInline):
     model = JobRun
     fields = ("number", "status", "outcome", "error", "started_at", "ended_at", "delivered_at", "delivery_attempts",
-              "delivery_error", "dead_lettered_at", "session")
+              "delivery_error", "dead_lettered_at", "returned_tokens", "session")
     readonly_fields = fields
     extra = 0
     max_num = 0
@@ -74,7 +82,8 @@ class ScheduledJobAdmin(admin.ModelAdmin):
     search_fields = ["task", "agent"]
     inlines = [JobRunInline]
     actions = ["cancel_jobs"]
-    readonly_fields = ("kind", "status", "owner", "parent_session", "parent_call", "child_session",
+    readonly_fields = ("kind", "status", "owner", "parent_session", "parent_call", "child_session", "home_session",
+                       "notify_owner",
                        "tools", "selection", "next_run", "created_at", "updated_at")
 
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
@@ -88,7 +97,7 @@ class ScheduledJobAdmin(admin.ModelAdmin):
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         if obj is None:
-            return ["agent", "task", "cron", "source", "home_session"]
+            return ["agent", "task", "cron", "source", "home_session", "notify_owner"]
         if obj.kind == JobKind.CRON:
             return ["agent", "task", "cron", "source", *self.readonly_fields]
         return ["agent", "task", *self.readonly_fields]
@@ -111,7 +120,7 @@ class ScheduledJobAdmin(admin.ModelAdmin):
                 created = cron_job_create(owner_id=int(request.user.pk or 0), agent=data["agent"], task=data["task"],
                                           expression=data["cron"], source=data.get("source") or "web",
                                           home_session_id=home.pk if home is not None else None,
-                                          principal=principal)
+                                          notify_owner=bool(data.get("notify_owner")), principal=principal)
                 obj.pk = created.pk
         except SkaldError as exc:  # e.g. the agent was disabled meanwhile: nothing was stored
             self.message_user(request, f"{exc.code}: {exc.message}", messages.ERROR)

@@ -2,7 +2,8 @@
 
 Each firing runs ``skald.tasks.run_cron_job`` on a worker: one run in its own conversation,
 classified and delivered like a task's, except that a cron job has no parent conversation — its
-runs are announced in the owner's home conversation when the job names one.
+runs are announced in its home conversation: one its creator chose, or (``notify_owner``) the
+owner's Notices conversation (:mod:`skald.jobs.notices`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from loop.errors import HarnessError
 from skald.core import clock
 from skald.core.errors import SkaldError
 from skald.jobs.models import JobKind, JobStatus, ScheduledJob
+from skald.jobs.notices import owner_notices_session
 from skald.loop_adapters.catalog import AgentRowCatalog
 from skald.loop_adapters.selection import select_model
 from skald.models import AgentKind
@@ -50,6 +52,7 @@ def cron_job_create(
     creator_exec: Sequence[str] | None = None,
     source: str = "web",
     home_session_id: int | None = None,
+    notify_owner: bool = False,
     principal: str,
 ) -> ScheduledJob:
     """Create a cron job and its schedule (first firing at the expression's next time).
@@ -57,9 +60,13 @@ def cron_job_create(
     Its grant is recorded once, here: the agent's tools within ``tools`` (a creating frame's) and
     the agent's process ask within ``creator_exec`` (a creating frame's; None: the deployment's).
 
+    Its home is ``home_session_id`` (a conversation of the owner's) or, with ``notify_owner``, the
+    owner's Notices conversation; exactly one.
+
     Raises:
-        SkaldError: ``cron_invalid``, ``agent_unknown``, ``agent_not_task``, ``task_invalid`` or
-            ``cron_home_required`` (no home conversation: its results would reach nobody).
+        SkaldError: ``cron_invalid``, ``agent_unknown``, ``agent_not_task``, ``task_invalid``,
+            ``cron_home_required`` (no home: its results would reach nobody) or ``cron_home_ambiguous``
+            (both a conversation and "notify the owner").
     """
     cron = cron_expression_check(expression)
     if not task.strip() or len(task) > 8192:
@@ -70,15 +77,21 @@ def cron_job_create(
         raise SkaldError(f"no enabled agent named {agent!r}", code="agent_unknown") from None
     if spec.kind != AgentKind.TASK:
         raise SkaldError(f"{agent!r} is not a task agent", code="agent_not_task")
-    if home_session_id is None:
-        raise SkaldError("a cron job needs a home conversation for its results", code="cron_home_required")
+    if home_session_id is None and not notify_owner:
+        raise SkaldError("a cron job needs a home for its results: a conversation, or notify the owner",
+                         code="cron_home_required")
+    if home_session_id is not None and notify_owner:
+        raise SkaldError("a cron job's results go to a conversation or to its owner, not both",
+                         code="cron_home_ambiguous")
     allowed = [name for name in spec.tools if tools is None or name in set(tools)]
     exec_allowlist = child_exec_allowlist(creator_exec, spec.exec_allowlist)
     with transaction.atomic():
+        if notify_owner:
+            home_session_id = owner_notices_session(owner_id=owner_id).pk
         now = clock.now()
         job = ScheduledJob.objects.create(
             kind=JobKind.CRON, status=JobStatus.SCHEDULED, owner_id=owner_id, source=source, agent=spec.name,
-            task=task, tools=allowed, cron=cron, home_session_id=home_session_id,
+            task=task, tools=allowed, cron=cron, home_session_id=home_session_id, notify_owner=notify_owner,
             exec_allowlist=None if exec_allowlist is None else list(exec_allowlist),
             selection=select_model(spec).as_dict(), created_at=now, updated_at=now,
         )
@@ -88,6 +101,7 @@ def cron_job_create(
         job.schedule = schedule
         audit_append(actor=Actor.parse(principal), kind=AuditKind.JOB_CREATED, subject_type="job", subject_id=job.pk,
                      payload={"kind": JobKind.CRON, "agent": spec.name, "cron": cron, "tools": allowed,
+                              "home": home_session_id, "notify_owner": notify_owner,
                               "schedule": schedule.pk, "next_run": schedule.next_run.isoformat()
                               if schedule.next_run else None})
     return job

@@ -7,8 +7,9 @@ keyed by job kind.
   success, prose with whatever partial output the run produced on failure, a cancellation note on
   cancellation. A success or a failure resumes the parent (its next model turn is enqueued); a
   cancellation settles the exchange ``canceled`` without a model call (a stop stays sticky).
-* ``cron``: no parent conversation; the run is marked delivered and announced in the owner's home
-  conversation when the job names one.
+* ``cron``: no parent conversation; the run is marked delivered and announced in its home
+  conversation (the one its creator chose, or the owner's Notices conversation when it notifies
+  the owner); one with no home is never marked delivered.
 
 Admission, the synthetic rows, the run's ``delivered_at`` and the audit row commit together, so a
 worker killed anywhere before the commit leaves nothing and the retry delivers exactly once. A
@@ -36,6 +37,7 @@ from skald.core import clock
 from skald.core.errors import SkaldError
 from skald.core.queue import enqueue_on_commit
 from skald.jobs.models import JobKind, JobRun, RunEnding, ScheduledJob
+from skald.jobs.notices import owner_notices_session
 from skald.jobs.services import (
     TASKS_ACTOR,
     announce,
@@ -144,7 +146,11 @@ def _notify_home(run: JobRun) -> str:
         locked = JobRun.objects.select_for_update().select_related("job").get(pk=run.pk)
         if locked.delivered_at is not None:
             return "delivered already"
-        if locked.job.home_session_id is None:  # reached nobody: never marked delivered (a dead letter)
+        job = locked.job
+        if job.home_session_id is None and job.notify_owner:  # its Notices conversation was deleted: anew
+            job.home_session = owner_notices_session(owner_id=job.owner_id)
+            ScheduledJob.objects.filter(pk=job.pk).update(home_session=job.home_session)
+        if job.home_session_id is None:  # reached nobody: never marked delivered (a dead letter)
             raise SkaldError(f"cron job #{locked.job_id} has no home conversation", code="cron_home_missing")
         lock_conversation(locked.job.home_session_id)
         failpoint("delegation.before_delivery")

@@ -66,6 +66,9 @@ class ScheduledJob(models.Model):
                                          related_name="job")
     home_session = models.ForeignKey("loop.Session", null=True, blank=True, on_delete=models.SET_NULL,
                                      related_name="+", help_text="Where a cron job's runs are announced.")
+    notify_owner = models.BooleanField(default=False, help_text="A cron job's home is its owner's Notices "
+                                       "conversation (made on first use, again if it was deleted), not one "
+                                       "its creator chose.")
     cron = models.CharField(max_length=120, blank=True)
     schedule = models.OneToOneField("django_q.Schedule", null=True, blank=True, on_delete=models.SET_NULL,
                                     related_name="skald_job")
@@ -106,6 +109,9 @@ class JobRun(models.Model):
     delivery_error = models.CharField(max_length=300, blank=True, help_text="The last delivery's error.")
     dead_lettered_at = models.DateTimeField(null=True, blank=True, help_text="Parked after too many failed "
                                             "deliveries: the sweep skips it until an operator retries it.")
+    returned_tokens = models.PositiveBigIntegerField(null=True, blank=True, help_text="What the task reserved "
+                                                     "and did not spend, given back to its root's ledger when it "
+                                                     "ended (null: nothing was reserved).")
 
     class Meta:
         ordering = ["job_id", "number"]

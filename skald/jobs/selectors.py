@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Prefetch, Q, QuerySet, Sum
+from django.db.models.functions import Coalesce
 
 from loop.models import Exchange
 from skald.core import clock
@@ -67,3 +68,21 @@ def tree_spend(*, session_id: int) -> TreeSpend:
         children.extend(level)
     return TreeSpend(own=_tokens([session_id]), tasks=_tokens(children) if children else 0,
                      task_count=len(children))
+
+
+def tree_spends() -> list[int]:
+    """Every tree's spend (issue 27 §2, for ``/metrics``): each root conversation's tokens with its
+    async tasks' at any depth folded in. A task's conversation belongs to its parent's tree; a cron
+    firing's conversation is a root (it spends from its job's own budget). Two queries."""
+    per_session = {int(row["session_id"]): int(row["spent"]) for row in Exchange.objects.values("session_id")
+                   .annotate(spent=Coalesce(Sum("input_tokens"), 0) + Coalesce(Sum("output_tokens"), 0))}
+    parent_of = dict(ScheduledJob.objects.filter(kind=JobKind.TASK, child_session_id__isnull=False)
+                     .values_list("child_session_id", "parent_session_id"))
+    trees: dict[int, int] = {}
+    for session_id, spent in per_session.items():
+        root, seen = session_id, {session_id}
+        while root in parent_of and parent_of[root] not in seen:  # a cycle cannot be stored; guarded anyway
+            root = parent_of[root]
+            seen.add(root)
+        trees[root] = trees.get(root, 0) + spent
+    return sorted(trees.values())

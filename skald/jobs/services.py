@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F
 from django_q.models import Schedule
 
 from audit.actors import Actor
@@ -27,7 +28,7 @@ from skald.core.queue import enqueue_on_commit
 from skald.jobs.classify import Ending
 from skald.jobs.models import JobKind, JobRun, JobStatus, RunEnding, ScheduledJob
 from skald.loop_adapters.store import kernel_store
-from skald.sessions.parked import stop_unheld
+from skald.sessions.parked import TASK_WITHDRAWN, stop_unheld
 
 TASK_UPDATE = EventKind.TASK_UPDATE
 TASKS_ACTOR = Actor.system("tasks")
@@ -177,6 +178,47 @@ def job_run_start(*, job_id: int) -> JobRun | None:
     return run
 
 
+def _return_unspent(job: ScheduledJob, run: JobRun, exchange_id: int | None) -> int | None:
+    """Give back to the ledger the task reserved from (its spawning exchange's) what the run did not
+    spend, inside the caller's transaction: the run's ending, so exactly once (issue 27 §2). A run
+    whose spend is unknown (accounting incomplete) gives back nothing. None: nothing was reserved."""
+    if job.kind != JobKind.TASK or job.budget_tokens is None or job.parent_exchange_id is None:
+        return None
+    spent = 0
+    if exchange_id is None and run.session_id is not None:  # admitted, but the link was never written
+        exchange = Exchange.objects.filter(session_id=run.session_id,
+                                           request_key=job_request_key(job, run.number)).first()
+    else:
+        exchange = Exchange.objects.filter(pk=exchange_id).first() if exchange_id is not None else None
+    if exchange is not None:
+        if exchange.accounting_incomplete:
+            return 0
+        # Its ledger (its own calls and what it reserved for its own tasks), never below what its
+        # calls used (a run that broke may not have saved its ledger).
+        spent = max(exchange.reserved_tokens - exchange.returned_tokens, exchange.input_tokens + exchange.output_tokens)
+    unspent = max(0, job.budget_tokens - spent)
+    _credit(job.parent_exchange_id, unspent)
+    run.returned_tokens = unspent
+    return unspent
+
+
+def _credit(exchange_id: int, tokens: int) -> None:
+    """Credit a ledger. When it is the exchange of a task whose run has ended already (its own return
+    counted this reservation as spent), what comes back goes on up to the ledger that task reserved
+    from, and so on to the root. That run's row is locked first, so its ending and this credit never
+    interleave (the ending reads its exchange's ledger under the same lock)."""
+    store = kernel_store()
+    target: int | None = exchange_id
+    while target is not None and tokens > 0:
+        holder = (JobRun.objects.select_for_update(of=("self",)).select_related("job")
+                  .filter(exchange_id=target, job__kind=JobKind.TASK).first())
+        store.exchanges.return_reserved(target, tokens)
+        if holder is None or holder.status == RunEnding.RUNNING or holder.returned_tokens is None:
+            return
+        JobRun.objects.filter(pk=holder.pk).update(returned_tokens=F("returned_tokens") + tokens)
+        target = holder.job.parent_exchange_id
+
+
 def job_run_finish(*, run_id: int, ending: Ending, output: str = "", exchange_id: int | None = None) -> JobRun | None:
     """Record a run's ending exactly once and enqueue its delivery on commit.
 
@@ -192,12 +234,14 @@ def job_run_finish(*, run_id: int, ending: Ending, output: str = "", exchange_id
         run.ended_at = clock.now()
         if exchange_id is not None:
             run.exchange_id = exchange_id
-        run.save(update_fields=["status", "outcome", "error", "output", "ended_at", "exchange"])
         job = run.job
+        returned = _return_unspent(job, run, run.exchange_id)
+        run.save(update_fields=["status", "outcome", "error", "output", "ended_at", "exchange", "returned_tokens"])
         if job.kind == JobKind.TASK:
             _set_job_status(job, ending.status)
         _audit(AuditKind.JOB_STATE_CHANGED, job, {"run": run.number, "to": ending.status, "outcome": ending.outcome,
-                                                  "reason": ending.reason[:200]})
+                                                  "reason": ending.reason[:200],
+                                                  **({} if returned is None else {"returned_tokens": returned})})
         announce(job, run)
         enqueue_on_commit(DELIVER, run.pk)
     return run
@@ -227,10 +271,14 @@ def job_cancel(*, job_id: int, principal: str) -> ScheduledJob:
             return job
         if job.status == JobStatus.QUEUED:
             _set_job_status(job, JobStatus.CANCELLED)
-            run = JobRun.objects.create(job=job, number=1, status=RunEnding.CANCELLED, outcome="canceled",
-                                        error="cancelled before it started", session=job.child_session,
-                                        started_at=clock.now(), ended_at=clock.now())
-            _audit(AuditKind.JOB_STATE_CHANGED, job, {"run": 1, "to": RunEnding.CANCELLED}, actor)
+            run = JobRun(job=job, number=1, status=RunEnding.CANCELLED, outcome="canceled",
+                         error="cancelled before it started", session=job.child_session,
+                         started_at=clock.now(), ended_at=clock.now())
+            returned = _return_unspent(job, run, None)  # it spent nothing: the whole reservation
+            run.save()
+            _audit(AuditKind.JOB_STATE_CHANGED, job, {"run": 1, "to": RunEnding.CANCELLED,
+                                                      **({} if returned is None else {"returned_tokens": returned})},
+                   actor)
             announce(job, run)
             enqueue_on_commit(DELIVER, run.pk)
             return job
@@ -256,7 +304,7 @@ def _stop_unheld_run(exchange_id: int, *, principal: str) -> None:
     store = kernel_store()
     with transaction.atomic():
         if store.exchanges.claim_for_recovery(exchange_id, new_token(), principal=principal, reason="stop"):
-            stop_unheld(store.exchanges.get(exchange_id), principal=principal)
+            stop_unheld(store.exchanges.get(exchange_id), principal=principal, ending=TASK_WITHDRAWN)
             enqueue_on_commit(FOLLOW_EXCHANGE, exchange_id)
 
 

@@ -25,10 +25,10 @@ from skald.loop_adapters.runtime import build_env
 from skald.loop_adapters.store import kernel_store
 from skald.loop_adapters.work import work_on_commit
 from skald.models import Case
+from skald.sessions.defaults import DEFAULT_AGENT
 from skald.sessions.parked import stop_unheld
 from skald.sessions.refusals import input_refusal_record
 
-DEFAULT_AGENT = "troubleshooter"
 MAX_MESSAGE_BYTES = 64 * 1024
 
 

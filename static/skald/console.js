@@ -210,7 +210,7 @@
         return p.status === "cancelled" ? "" : waitingFor() || `${answerText(p)}; the agent continues`;
       case "control:handoff": return waitingFor() || (p.decision === "close" ? "Closed by a human" : "A human answered; the agent continues");
       case "control:exchange_parked": return waitingFor() || (p.question ? "Waiting for a human" : "Waiting for an approver");
-      case "canceled": return "Stopped";
+      case "canceled": return p.cause === "withdrawn" ? "Stopped: the task was cancelled" : "Stopped";
       case "control:exchange_settled": return OUTCOMES[p.outcome] || `Ended: ${String(p.outcome).replace(/_/g, " ")}`;
       case "user": case "assistant": case "tool_result": case "subagent_result": case "control:tool_intent":
       case "control:tool_done": case "control:frame_opened": case "control:frame_closed":
@@ -260,8 +260,9 @@
     }
     // This session's badge changes: re-read the list (an operator's live socket does not carry approvals).
     if (["control:approval_requested", "control:approval_resolved", "canceled"].includes(event.kind)) reloadSoon();
-    if (event.kind === "canceled") {
-      cards.forEach((card) => { if (card.classList.contains("waiting")) setState(card, "cancelled", "Cancelled: the exchange was stopped."); });
+    if (event.kind === "canceled") {  // a cancelled async task withdraws its cards (the row's cause says so)
+      const text = p.cause === "withdrawn" ? "Withdrawn: the task was cancelled." : "Cancelled: the exchange was stopped.";
+      cards.forEach((card) => { if (card.classList.contains("waiting")) setState(card, "cancelled", text); });
     }
     if (event.kind === "control:approval_requested") cards.set(p.request_id || `call:${p.tool_call_id}`, approvalCard(event));
     const now = event.kind && statusAfter(event);

@@ -21,7 +21,7 @@ from websockets.typing import Origin
 
 from skald.core.child_env import hermetic_env
 from tests.e2e import attack
-from tests.e2e.stack import BASE_DIR, Launch, Stack
+from tests.e2e.stack import BASE_DIR, PASSWORD, Launch, Stack, wait_for
 
 # One worker runs the whole module: its module-scoped stack boots once, not once per xdist worker.
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("stack_bad_input")]
@@ -149,6 +149,51 @@ def test_a_websocket_for_someone_elses_or_no_session_closes_4404(stack):
     for session_id in (other["id"], 10**9):
         url = f"{stack.ws_url}/ws/sessions/{session_id}/?after=0&token={token}"
         assert asyncio.run(_closed_with(stack, url)) == 4404
+
+
+def test_a_websocket_for_a_user_without_a_role_closes_4403(stack):
+    """Issue 28 §7 through daphne: a signed-in user who holds no role reaches no session: 4403."""
+    env = hermetic_env(SKALD_VAR_DIR=str(stack.var_dir))
+    made = subprocess.run([sys.executable, "manage.py", "shell", "-c",
+                           "from django.contrib.auth import get_user_model; "
+                           f"get_user_model().objects.create_user('norole', password='{PASSWORD}')"],
+                          cwd=BASE_DIR, env=env, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    token = stack.token("norole")
+    session = stack.api("operator").create_session()
+    url = f"{stack.ws_url}/ws/sessions/{session['id']}/?after=0&token={token}"
+    assert asyncio.run(_closed_with(stack, url)) == 4403
+
+
+def test_a_socket_resolves_only_its_own_sessions_calls(stack):
+    """Issue 28 §7 through daphne: an approval.resolve sent on session A's socket for session B's
+    parked call is refused (approval_not_found) and B's call stays pending."""
+    operator = stack.api("operator")
+    parked = operator.create_session()
+    operator.send(parked["id"], "Checkout returns 502 since the deploy.")  # the playbook parks at its write
+    approver = stack.http(stack.token("approver"))
+
+    def pending() -> dict | None:
+        found = approver.get("/api/approvals/", params={"session": parked["id"], "status": "pending"}).json()
+        return found[0] if found else None
+
+    call = wait_for(pending, timeout=60, interval=0.2, what="the operator's call to park")
+    own = stack.api("approver").create_session()
+    url = f"{stack.ws_url}/ws/sessions/{own['id']}/?after=0&token={stack.token('approver')}"
+
+    async def resolve_elsewhere() -> dict:
+        async with connect(url, origin=Origin(stack.base_url)) as ws:
+            await ws.send(json.dumps({"type": "approval.resolve", "request_id": call["request_id"],
+                                      "decision": "approve", "reason": "from the wrong socket"}))
+            while True:
+                frame = json.loads(await asyncio.wait_for(ws.recv(), 30.0))  # a hang guard
+                if frame.get("type") in ("error", "approval.accepted"):
+                    return frame
+
+    answer = asyncio.run(resolve_elsewhere())
+    assert (answer["type"], answer["code"]) == ("error", "approval_not_found")
+    assert pending() == call  # untouched
+    approver.close()
 
 
 async def _closed_with(stack: Stack, url: str) -> int | None:

@@ -38,7 +38,7 @@ def test_an_operator_schedules_a_cron_job_and_sees_its_runs(operator_client, age
     homeless = operator_client.post("/admin/skald/scheduledjob/add/", {"agent": "log-analyst", "task": "nightly",
                                                                       "cron": "0 3 * * *", "source": "web",
                                                                       **inline_management(0)})
-    assert homeless.status_code == 200 and "needs a home conversation" in homeless.content.decode()
+    assert homeless.status_code == 200 and "needs a home for its results" in homeless.content.decode()
     assert not ScheduledJob.objects.exists()
     home = session_create(user=alice, agent="troubleshooter", title="ops")
 
@@ -57,6 +57,7 @@ def test_an_operator_schedules_a_cron_job_and_sees_its_runs(operator_client, age
     assert "#1 succeeded" in listing and "0 3 * * *" in listing
     detail = operator_client.get(f"/admin/skald/scheduledjob/{job.pk}/change/").content.decode()
     assert "succeeded" in detail and "Next run" in detail
+    assert "Returned tokens" in detail  # what a task gave back to its root (none for a cron run)
 
     edited = operator_client.post(f"/admin/skald/scheduledjob/{job.pk}/change/",
                                   {"task": "nightly, earlier", "cron": "0 2 * * *", **inline_management(1),
@@ -64,6 +65,27 @@ def test_an_operator_schedules_a_cron_job_and_sees_its_runs(operator_client, age
     assert edited.status_code == 302, edited.content.decode()[-2000:]
     job.refresh_from_db()
     assert job.cron == "0 2 * * *" and Schedule.objects.get(pk=job.schedule_id).cron == "0 2 * * *"
+
+
+def test_an_operator_schedules_a_cron_job_that_notifies_its_owner(operator_client, agents, script, alice,
+                                                                 inline_tasks):
+    """Issue 27 §7: the form's other home, "notify the owner": each run's result goes to the owner's
+    Notices conversation (made on first use); a conversation and the notice together are refused."""
+    home = session_create(user=alice, agent="troubleshooter", title="ops")
+    form = {"agent": "log-analyst", "task": "nightly", "cron": "0 3 * * *", "source": "web", **inline_management(0)}
+    both = operator_client.post("/admin/skald/scheduledjob/add/", {**form, "home_session": str(home.pk),
+                                                                  "notify_owner": "on"})
+    assert both.status_code == 200 and "not both" in both.content.decode()
+    assert "notify the owner" in operator_client.get("/admin/skald/scheduledjob/add/").content.decode()
+
+    created = operator_client.post("/admin/skald/scheduledjob/add/", {**form, "notify_owner": "on"})
+    assert created.status_code == 302, created.content.decode()[-2000:]
+    job = ScheduledJob.objects.get()
+    assert job.notify_owner and job.home_session is not None
+    assert (job.home_session.owner_id, job.home_session.source) == (alice.pk, "notices")
+    script(text_turn_for("nothing unusual"))
+    assert run_cron_job(job.pk) == "succeeded"
+    assert job.runs.get().delivered_at is not None
 
 
 def inline_management(runs: int) -> dict[str, str]:

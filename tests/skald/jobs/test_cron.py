@@ -123,3 +123,38 @@ def test_a_cron_job_without_a_home_is_never_marked_delivered(alice, agents, conv
     run = job.runs.get()
     assert run.delivered_at is None and run.dead_lettered_at is not None
     assert "no home conversation" in run.delivery_error
+
+
+def test_a_cron_job_that_notifies_its_owner_posts_to_their_notices_conversation(alice, bob, agents, script,
+                                                                                inline_tasks):
+    """Issue 27 §7, "notify the owner": no conversation is chosen; each run's result (with its output
+    and the firing's conversation) reaches the owner's Notices conversation, one per owner, made on
+    first use and made again if it was deleted. A conversation and the notice together are refused."""
+    with pytest.raises(SkaldError) as both:
+        cron_job_create(owner_id=alice.pk, agent="log-analyst", task="t", expression="0 3 * * *",
+                        home_session_id=1, notify_owner=True, principal=f"user:{alice.pk}")
+    assert both.value.code == "cron_home_ambiguous"
+    first = cron_job_create(owner_id=alice.pk, agent="log-analyst", task="nightly", expression="0 3 * * *",
+                            notify_owner=True, principal=f"user:{alice.pk}")
+    second = cron_job_create(owner_id=alice.pk, agent="log-analyst", task="weekly", expression="0 4 * * 1",
+                             notify_owner=True, principal=f"user:{alice.pk}")
+    theirs = cron_job_create(owner_id=bob.pk, agent="log-analyst", task="bob's", expression="0 5 * * *",
+                             notify_owner=True, principal=f"user:{bob.pk}")
+    notices = first.home_session
+    assert notices is not None and (notices.owner_id, notices.source) == (alice.pk, "notices")
+    assert second.home_session_id == notices.pk and theirs.home_session_id != notices.pk
+
+    script(text_turn("quiet night"))
+    assert run_cron_job(first.pk) == "succeeded"
+    run = first.runs.get()
+    assert run.delivered_at is not None
+    update = SessionEvent.objects.filter(session=notices, kind="control:task_update").order_by("seq").last()
+    assert update is not None and update.payload["delivered"] and update.payload["output"] == "quiet night"
+    assert update.payload["child_session"] == run.session_id
+
+    notices.delete()  # the owner deleted it: the next result makes it anew rather than reaching nobody
+    script(text_turn("quiet again"))
+    assert run_cron_job(first.pk) == "succeeded"
+    first.refresh_from_db()
+    assert first.home_session is not None and first.home_session.source == "notices"
+    assert first.runs.get(number=2).delivered_at is not None

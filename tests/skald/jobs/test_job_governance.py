@@ -5,6 +5,7 @@ child's."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -17,16 +18,28 @@ from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from loop.cancellation import CancelToken
 from loop.errors import ProviderError
-from loop.models import Frame, ToolCall
+from loop.models import Exchange, Frame, ToolCall
 from loop.providers.base import Delta, ProviderRequest
 from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
+from skald.core.errors import Conflict
 from skald.jobs import delivery
+from skald.jobs.classify import Ending
 from skald.jobs.cron import cron_job_create
 from skald.jobs.delivery import deliver_due, deliveries_due
 from skald.jobs.models import JobRun, ScheduledJob
-from skald.jobs.selectors import tree_spend
-from skald.jobs.services import DEAD_LETTER_AFTER, job_run_delivery_failed, job_run_delivery_retry
+from skald.jobs.runner import job_sync_from_exchange
+from skald.jobs.selectors import tree_spend, tree_spends
+from skald.jobs.services import (
+    DEAD_LETTER_AFTER,
+    job_cancel,
+    job_run_delivery_failed,
+    job_run_delivery_retry,
+    job_run_finish,
+    job_run_start,
+    job_submit_task,
+)
 from skald.loop_adapters.runtime import set_provider_factory
+from skald.loop_adapters.store import kernel_store
 from skald.metrics import render as metrics_render
 from skald.models import Agent
 from skald.tasks import deliver_due_jobs, run_cron_job
@@ -193,6 +206,61 @@ def test_a_childs_provider_failure_is_the_childs_and_its_parent_reads_it(convers
     assert read, "the parent's next request carries the child's failure"
 
 
+def test_a_task_cancelled_before_it_ran_returns_its_whole_reservation(conversation, say, alice):
+    """Nothing was spent: the whole reservation goes back, once, with the cancelled ending."""
+    set_provider_factory(lambda agent: LoopbackProvider([text_turn("ok")]))
+    try:
+        parent = say("hello")
+    finally:
+        set_provider_factory(None)
+    job = job_submit_task(owner_id=alice.pk, source="web", parent_session_id=conversation.pk,
+                          parent_exchange_id=parent.pk, parent_call_id=None, agent="log-analyst", task="dig",
+                          tools=[], budget_tokens=300, client="", selection={}, scope_extras={})
+    job_cancel(job_id=job.pk, principal=f"user:{alice.pk}")
+    parent.refresh_from_db()
+    assert (job.runs.get().returned_tokens, parent.returned_tokens) == (300, 300)
+    with pytest.raises(Conflict):
+        job_cancel(job_id=job.pk, principal=f"user:{alice.pk}")  # ended: nothing is returned twice
+    parent.refresh_from_db()
+    assert parent.returned_tokens == 300
+
+
+def test_a_nested_tasks_return_reaches_the_root_when_its_spawning_task_has_ended(conversation, say, alice):
+    """A task (500 reserved) spent 100 and reserved 200 for a task of its own, then ended: it gave
+    back 200. Its task then ends having spent nothing: its 200 goes to the ended task's ledger and
+    on up to the root's, so the root is charged exactly what the tree spent (100)."""
+    set_provider_factory(lambda agent: LoopbackProvider([text_turn("ok")]))
+    try:
+        root = say("hello")
+    finally:
+        set_provider_factory(None)
+
+    def submit(parent_session: int, parent_exchange: int, budget: int) -> ScheduledJob:
+        return job_submit_task(owner_id=alice.pk, source="web", parent_session_id=parent_session,
+                               parent_exchange_id=parent_exchange, parent_call_id=None, agent="log-analyst",
+                               task="dig", tools=[], budget_tokens=budget, client="", selection={},
+                               scope_extras={})
+
+    upper = submit(conversation.pk, root.pk, 500)
+    upper_run = job_run_start(job_id=upper.pk)
+    assert upper_run is not None and upper.child_session_id is not None
+    upper_exchange = kernel_store().exchanges.admit(session_id=upper.child_session_id, request_key="job:x",
+                                                    content="dig", principal="system:tasks", config={}).exchange
+    nested = submit(upper.child_session_id, upper_exchange.pk, 200)
+    # Its ledger as its driver saved it: 100 spent on its calls, 200 reserved for the nested task.
+    Exchange.objects.filter(pk=upper_exchange.pk).update(reserved_tokens=300, input_tokens=60, output_tokens=40)
+    job_run_finish(run_id=upper_run.pk, ending=Ending("succeeded", "completed", ""), output="done",
+                   exchange_id=upper_exchange.pk)
+    root.refresh_from_db()
+    assert root.returned_tokens == 200
+
+    job_cancel(job_id=nested.pk, principal=f"user:{alice.pk}")  # it never ran: all 200 comes back
+    root.refresh_from_db()
+    upper_run.refresh_from_db()
+    assert (root.returned_tokens, upper_run.returned_tokens) == (400, 400)  # the root paid 100 for the tree
+    assert Exchange.objects.get(pk=upper_exchange.pk).returned_tokens == 200
+
+
 def test_cancelling_a_task_parked_on_an_approval_withdraws_it_and_ends_the_task_cancelled(
         routed, conversation, say, api, alice, carol, inline_tasks):
     """Reproduction 6: the cancel answers 202 and takes effect at once: the task's approval is
@@ -222,6 +290,27 @@ def test_cancelling_a_task_parked_on_an_approval_withdraws_it_and_ends_the_task_
     assert run.delivered_at is not None
     (delivered,) = task_completed_calls(conversation)
     assert "was cancelled" in delivered.result
+    # What the console reads (the task's conversation, through the API): the stop's row says the
+    # task was withdrawn, so the card reads "Withdrawn: the task was cancelled", not an exchange stop.
+    assert card.session_id == job.child_session_id
+    events = api(alice).get(f"/api/sessions/{job.child_session_id}/events/").json()["results"]
+    (stopped,) = [e["payload"] for e in events if e["kind"] == "canceled"]
+    assert stopped == {"reason": "the task was cancelled", "cause": "withdrawn"}
+
+
+def test_a_stopped_exchange_reads_as_a_stop_not_a_withdrawal(conversation, say, api, alice, inline_tasks):
+    """The other side of the console's branch: a user's stop of a parked exchange says ``stop``."""
+    default_rules_ensure()
+    set_provider_factory(lambda agent: LoopbackProvider([tool_turn(WRITE)], repeat_last=True))
+    try:
+        say("write it down")
+    finally:
+        set_provider_factory(None)
+    assert PendingApproval.objects.filter(status=ApprovalStatus.PENDING).count() == 1
+    assert api(alice).post(f"/api/sessions/{conversation.pk}/stop/").status_code in (200, 202)
+    events = api(alice).get(f"/api/sessions/{conversation.pk}/events/").json()["results"]
+    (stopped,) = [e["payload"] for e in events if e["kind"] == "canceled"]
+    assert stopped == {"reason": "stop requested", "cause": "stop"}
 
 
 def spend(provider: LoopbackProvider, parent_session: int) -> tuple[int, int]:
@@ -264,6 +353,49 @@ def test_an_async_task_spends_from_its_roots_budget_never_a_fresh_one(
     tree = tree_spend(session_id=conversation.pk)  # what the admin's run page and /metrics show
     assert (tree.own, tree.tasks, tree.task_count) == (parent, task, 1)
     assert f'skald_job_tokens_total{{kind="task"}} {float(task)}'.encode() in metrics_render()
+    assert run.returned_tokens == 0  # it spent its whole reservation: nothing comes back
+
+
+def test_what_an_async_task_did_not_spend_returns_to_its_root(
+        routed, conversation, say, allow_all, inline_tasks, settings):
+    """The root reserved 480 of its 600 for the task; the task spent 120 and ended, so 360 came back
+    to the root's ledger when it ended (once, with its ending) and the root spent it: three more
+    turns in the same exchange, where without the return its next turn was refused."""
+    route, provider = routed
+    settings.SKALD_LOOP_BOUNDS = {"budget_tokens": 600}
+    Agent.objects.filter(name="log-analyst").update(bounds={})
+    usage = (60, 60)
+    route.queues["root"].extend([
+        tool_turn(("execute_task", {"agent": "log-analyst", "task": "dig", "mode": "async"}), usage=usage),
+        tool_turn(("scratchpad_set", {"key": "a", "value": "1"}), usage=usage),
+        tool_turn(("scratchpad_set", {"key": "b", "value": "2"}), usage=usage),
+        text_turn("done while it ran", usage=usage), text_turn("read it", usage=usage)])
+    route.queues["job"].append(text_turn("found it", usage=usage))
+    first = say("dig in the background and keep going")
+
+    job = ScheduledJob.objects.get()
+    run = job.runs.get()
+    assert (job.budget_tokens, run.status, run.returned_tokens) == (480, "succeeded", 360)
+    first.refresh_from_db()
+    assert first.outcome == "completed"  # its 600 was reserved at spawn; the return let it finish
+    assert first.returned_tokens == 360
+    root_first_exchange = sum(1 for r in provider.calls if r.metadata["session"] == conversation.pk
+                              and r.metadata["exchange"] == first.number) * 120
+    assert root_first_exchange == 480 and root_first_exchange + spend(provider, conversation.pk)[1] == 600
+    endings = [json.loads(event.payload) for event in AuditEvent.objects.filter(kind=AuditKind.JOB_STATE_CHANGED,
+                                                                     subject_id=str(job.pk))]
+    assert [p["returned_tokens"] for p in endings if p.get("to") == "succeeded"] == [360]
+
+    job_sync_from_exchange(run.exchange_id)  # a redelivered ending (recovery) returns nothing twice
+    first.refresh_from_db()
+    assert first.returned_tokens == 360
+    # /metrics: the tree's spend (the root's exchanges and its task's) as one observation, and the return.
+    tree = tree_spend(session_id=conversation.pk)
+    assert tree_spends() == [tree.total] and tree.task_count == 1
+    rendered = metrics_render().decode()
+    assert 'skald_tree_tokens_bucket{le="1000"} 1.0' in rendered
+    assert f"skald_tree_tokens_sum {float(tree.total)}" in rendered and "skald_tree_tokens_count 1.0" in rendered
+    assert "skald_job_tokens_returned_total 360.0" in rendered
 
 
 def test_a_worker_lost_between_a_runs_end_and_its_delivery_strands_nothing(
