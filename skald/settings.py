@@ -284,6 +284,8 @@ SKALD_BODY_LIMITS: dict[str, int] = {
     "cases": 64 * 1024,  # a case: title and description
     "token_obtain_pair": 8 * 1024,  # a username and a password
     "token_refresh": 8 * 1024,
+    "policy-plan": 2 * 1024 * 1024,  # a policy document of up to 256 K characters, escaped
+    "policy-apply": 2 * 1024 * 1024,
 }
 SIMPLE_JWT = {
     "ACCESS_TOKEN_LIFETIME": timedelta(minutes=envint("SKALD_JWT_ACCESS_MINUTES", 15, minimum=1)),
@@ -340,6 +342,9 @@ SPECTACULAR_SETTINGS = {
         {"name": "audit", "description": "The hash-chained audit log."},
         {"name": "inspect", "description": "The assembled services of an agent, for operators and auditors."},
         {"name": "tasks", "description": "A source's async tasks: running ones and recent failures."},
+        {"name": "policy", "description": "The governance configuration (admins only): approval rules and "
+                                          "security groups with ETag / If-Match, the policy document's plan "
+                                          "and apply."},
     ],
     # Several components share field names ("status", "decision") over different choice sets.
     "ENUM_NAME_OVERRIDES": {

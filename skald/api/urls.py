@@ -13,6 +13,7 @@ urlpatterns = [
     path("approval/", include("approvals.urls")),
     path("audit/", include("audit.urls")),
     path("inspect", InspectView.as_view(), name="inspect"),
+    path("policy/", include("approvals.policy_urls")),
     path("proposals/", include("proposals.urls")),
     path("runs/<int:run_id>/replay-verify", ReplayVerifyView.as_view(), name="run-replay-verify"),
     path("sessions/", sessions.SessionListCreate.as_view(), name="sessions"),

@@ -34,6 +34,7 @@ from skald.agents.seed import seed_agents
 from skald.cases.services import case_create
 from skald.sessions.services import session_create
 from tests.api_client.conftest import live_schema
+from tests.conftest import make_user
 from tests.strength import examples
 
 pytestmark = pytest.mark.db_sensitive
@@ -43,7 +44,7 @@ EXAMPLES_PER_MODE = examples(20)  # per operation and generation mode; a develop
 MALFORMED_IDS = ("null,null", "abc", "-1", "1.5", "%20")
 # Who calls each resource: the role that may, so answers are about input, not permission.
 CALLER_BY_TAG = {"sessions": "alice", "cases": "alice", "runs": "alice", "inspect": "alice", "approvals": "carol",
-                 "proposals": "bob", "audit": "dave", "tasks": "alice", "auth": None}
+                 "proposals": "bob", "audit": "dave", "tasks": "alice", "policy": "root", "auth": None}
 NOT_JSON = {
     "form": ("application/x-www-form-urlencoded", b"ticket=502s&title=502s"),
     "multipart": ("multipart/form-data; boundary=xyz",
@@ -65,7 +66,9 @@ def server(live_server: Any, settings: Any, tmp_path: Any, script: Callable[...,
     seed_agents()
     default_rules_ensure()
     script(text_turn("noted"), delay=0.0).repeat_last = True
-    tokens = {user.username: str(RefreshToken.for_user(user).access_token) for user in (alice, bob, carol, dave)}
+    root = make_user("root", superuser=True)  # the policy routes are the admin's
+    tokens = {user.username: str(RefreshToken.for_user(user).access_token)
+              for user in (alice, bob, carol, dave, root)}
     case = case_create(actor=Actor.system("test"), title="502s", logs=[("app.log", "FATAL pool exhausted")])
     session = session_create(user=alice, agent="troubleshooter")
     with httpx.Client(base_url=live_server.url, timeout=30.0) as http:
@@ -179,6 +182,26 @@ def test_a_key_the_schema_does_not_name_is_400_unknown_field(schema, server):
 # bodies are closed, strings NUL-free, trimmed strings non-blank, names that exist nowhere a 404.
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
           positive_data_acceptance]
+# The few refusals a schema-valid request may still get, by operation, each for a reason no schema can
+# state (positive_data_acceptance already admits 401, 403, 404 and 409 for the state of the server):
+# - a conditional write whose If-Match names another version than the row's: 412, the state of the row
+#   (the value is well formed; a random one is simply never the current ETag);
+# - a policy document: YAML in a string, with a JSON Schema of its own that OpenAPI cannot apply to a
+#   string's content; what does not hold is 400 policy_invalid, as the command answers (exit 2);
+# - a tripwire regular expression the detector refuses (not a regex, unbounded backtracking, matching
+#   the empty text): another language in a string, checked by the service the admin's form uses.
+_STALE = frozenset({(412, "precondition_failed")})
+STATE_REFUSALS: dict[str, frozenset[tuple[int, str]]] = {
+    **{f"policy_{kind}_{verb}": _STALE for kind in ("rule", "group", "tripwire_pattern", "tripwire_allow")
+       for verb in ("update", "delete")},
+    "policy_agent_update": _STALE,
+    "policy_plan": frozenset({(400, "policy_invalid")}),
+    "policy_apply": frozenset({(400, "policy_invalid")}),
+    "policy_tripwire_pattern_create": frozenset({(400, "tripwire_pattern_invalid")}),
+    "policy_tripwire_pattern_update": _STALE | {(400, "tripwire_pattern_invalid")},
+    "policy_tripwire_allow_create": frozenset({(400, "tripwire_allow_invalid")}),
+    "policy_tripwire_allow_update": _STALE | {(400, "tripwire_allow_invalid")},
+}
 
 
 def fuzz(operation: schemathesis.APIOperation, raw: dict[str, Any], mode: schemathesis.GenerationMode,
@@ -190,7 +213,11 @@ def fuzz(operation: schemathesis.APIOperation, raw: dict[str, Any], mode: schema
     @given(case=operation.as_strategy(generation_mode=mode))
     def exercise(case: schemathesis.Case) -> None:
         response = case.call(base_url=base_url, headers=headers)
-        case.validate_response(response, checks=CHECKS)
+        refusals = STATE_REFUSALS.get(raw.get("operationId", ""), frozenset())
+        if response.status_code >= 400 and (response.status_code, response.json().get("code")) in refusals:
+            case.validate_response(response, checks=[c for c in CHECKS if c is not positive_data_acceptance])
+        else:
+            case.validate_response(response, checks=CHECKS)
         if response.status_code >= 400:
             listed = raw["responses"][str(response.status_code)]["description"]
             code = response.json()["code"]
@@ -203,6 +230,7 @@ def fuzz(operation: schemathesis.APIOperation, raw: dict[str, Any], mode: schema
 def test_generated_requests_get_documented_answers(schema, server):
     """schemathesis: positive and negative cases per operation; status, content type, body schema, code."""
     base_url = str(server.http.base_url).rstrip("/")
+    assert set(STATE_REFUSALS) <= {op["operationId"] for _, _, op in operations(schema)}  # no stale exception
     ran: list[str] = []
     failures: list[str] = []
     for result in schemathesis.openapi.from_dict(schema).get_all_operations():

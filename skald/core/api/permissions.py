@@ -46,3 +46,15 @@ def roles(*required: Role) -> type[RoleRequired]:
     """A permission class that admits holders of any of ``required``."""
     name = "Has" + "Or".join(role.value.title() for role in required)
     return type(name, (RoleRequired,), {"roles": tuple(required)})
+
+
+class AdminRequired(BasePermission):
+    """Superusers only: the governance configuration itself (rules, groups, the policy document) is
+    the admin's, whatever roles a user holds. The refusal's code is ``admin_required``."""
+
+    message = "Only an administrator (a superuser) may read or change the governance configuration."
+    code = "admin_required"
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        user = request.user
+        return bool(user and user.is_authenticated and user.is_superuser)

@@ -38,6 +38,7 @@ ROUTE_TAGS: tuple[tuple[str, str], ...] = (
     ("/api/proposals/", "proposals"),
     ("/api/audit/", "audit"),
     ("/api/inspect", "inspect"),
+    ("/api/policy/", "policy"),
     ("/api/{source}/tasks", "tasks"),
 )
 TAGS = frozenset(tag for _, tag in ROUTE_TAGS)

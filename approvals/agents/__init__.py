@@ -1,0 +1,1 @@
+"""An agent's governance settings over the policy API (issue 32)."""
