@@ -28,7 +28,7 @@ from audit import admin_present as present
 from audit.actors import Actor
 from audit.models import AuditEvent, ChainHead
 from audit.services import chain_head_export_latest, chain_head_record, chain_verify
-from skald.core.admin import ReadOnlyAdmin, admin_may_view
+from skald.core.admin import ReadOnlyAdmin, admin_may_view, current_viewer
 
 
 class _Echo:
@@ -67,16 +67,12 @@ class AuditEventAdmin(ReadOnlyAdmin):
         term = search_term.strip()
         return queryset.filter(present.search_filter(term, present.matching_user_ids(term))), False
 
-    def get_list_display(self, request: HttpRequest) -> Any:
-        self._request = request  # the subject links only where this viewer may open the page
-        return ("seq", "time_seconds", "actor", "summary_line", "subject_link", "short_hash")
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> Any:
-        self._request = request
-        return self.fields
+    list_display = ("seq", "time_seconds", "actor", "summary_line", "subject_link", "short_hash")
+    readonly_fields = fields
 
     def _may_view(self, label: str) -> bool:
-        request = getattr(self, "_request", None)
+        """Whether the viewer the admin renders for may open ``app.model`` (the subject's link)."""
+        request = current_viewer()
         if request is None:
             return False
         app_label, model = label.split(".")

@@ -24,7 +24,7 @@ from django.utils.timesince import timesince
 from approvals.models import ApprovalStatus, PendingApproval
 from approvals.pending.decide import decision_context, diff_html, key_argument, next_pending, rule_sentence
 from approvals.pending.services import pending_approval_resolve
-from skald.core.admin import ReadOnlyAdmin, admin_may_view
+from skald.core.admin import ReadOnlyAdmin, admin_may_view, current_viewer
 from skald.core.clock import now
 from skald.core.errors import SkaldError
 from skald.core.text import clip_to_line
@@ -93,10 +93,6 @@ class PendingApprovalAdmin(ReadOnlyAdmin):  # parked calls change only through t
             columns = [column for column in columns if column not in self.RESOLVED_ONLY]
         return columns
 
-    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        self._runs_open = admin_may_view(request, self.admin_site, Run)
-        return super().changelist_view(request, extra_context)
-
     # -- columns
 
     @admin.display(description="what it touches")
@@ -109,7 +105,8 @@ class PendingApprovalAdmin(ReadOnlyAdmin):  # parked calls change only through t
         run = getattr(obj.session, "run", None)
         if run is None:
             return "—"
-        if not getattr(self, "_runs_open", False):
+        viewer = current_viewer()
+        if viewer is None or not admin_may_view(viewer, self.admin_site, Run):
             return f"run #{run.pk}"
         return format_html('<a href="{}">run #{}</a>', reverse("admin:skald_run_change", args=[run.pk]), run.pk)
 

@@ -19,6 +19,7 @@ from approvals.models import ApprovalRule, ApprovalStatus, PendingApproval
 from approvals.rules.engine import Decision
 from approvals.rules.policy import decide
 from skald.core.admin import admin_may_view
+from skald.core.text import clip_to_line
 from skald.models import Case, Run
 
 # The argument that says what a call touches, in the order looked for: a file's path, a command's
@@ -113,9 +114,7 @@ def key_argument(args: Mapping[str, Any] | None) -> str:
         value = (args or {}).get(name)
         if value in (None, "", []):
             continue
-        text = " ".join(str(part) for part in value) if isinstance(value, list) else str(value)
-        text = " ".join(text.split())
-        return text if len(text) <= KEY_ARGUMENT_CHARS else text[:KEY_ARGUMENT_CHARS - 1] + "…"
+        return clip_to_line(" ".join(map(str, value)) if isinstance(value, list) else value, KEY_ARGUMENT_CHARS)
     return ""
 
 

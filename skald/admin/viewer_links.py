@@ -11,9 +11,6 @@ page links to a 403.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from typing import Any
 
 from django.contrib import admin
@@ -23,18 +20,11 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 
 from loop.models import Session
+from skald.core.admin import current_viewer, viewing
 
-_viewer: ContextVar[HttpRequest | None] = ContextVar("skald_admin_viewer", default=None)
+__all__ = ["readonly_link", "viewing"]
+
 _django_admin_url = helpers.AdminReadonlyField.get_admin_url
-
-
-@contextmanager
-def viewing(request: HttpRequest) -> Iterator[None]:
-    token = _viewer.set(request)
-    try:
-        yield
-    finally:
-        _viewer.reset(token)
 
 
 def _may_open(request: HttpRequest, site: admin.AdminSite, obj: Any) -> bool:
@@ -57,7 +47,7 @@ def _run_of(request: HttpRequest, site: admin.AdminSite, obj: Any) -> str:
 
 
 def readonly_link(field: helpers.AdminReadonlyField, remote_field: Any, remote_obj: Any) -> str:
-    request = _viewer.get()
+    request = current_viewer()
     if field.model_admin is None:
         return str(remote_obj)
     site = field.model_admin.admin_site

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from django.contrib import admin
@@ -34,3 +37,23 @@ def admin_may_view(request: HttpRequest, site: admin.AdminSite, model: type[Mode
     if not site.is_registered(model):
         return False
     return bool(site.get_model_admin(model).has_view_permission(request))
+
+
+# The request an admin view is rendering for (set by Skald's site around every admin view, its
+# template rendered inside). Model admins are shared by every request, so a column that depends on
+# the viewer reads it here, never from an attribute a concurrent request may overwrite.
+_viewer: ContextVar[HttpRequest | None] = ContextVar("skald_admin_viewer", default=None)
+
+
+@contextmanager
+def viewing(request: HttpRequest) -> Iterator[None]:
+    token = _viewer.set(request)
+    try:
+        yield
+    finally:
+        _viewer.reset(token)
+
+
+def current_viewer() -> HttpRequest | None:
+    """The request the admin is rendering for, or None outside an admin view."""
+    return _viewer.get()

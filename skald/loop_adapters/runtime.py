@@ -8,15 +8,15 @@ from dataclasses import replace
 from typing import Any
 
 from django.conf import settings
+from django.db.models import OuterRef, Subquery
 
 from loop.bounds import Bounds
 from loop.compaction.policy import CompactionPolicy
 from loop.delegation import FrameGrant, frame_env
 from loop.driver import LoopEnv
 from loop.errors import HarnessError
-from loop.events import EventKind
 from loop.hooks import LoopHooks
-from loop.models import Exchange, Session, SessionEvent
+from loop.models import Exchange, Session
 from loop.ports import AgentSpec, ChildSetup, Gate, TurnScope
 from loop.providers.base import LlmProvider
 from loop.providers.playbook import PlaybookProvider
@@ -30,6 +30,7 @@ from skald.loop_adapters.discovery import KnownToolRecorder
 from skald.loop_adapters.hooks import audited_hooks
 from skald.loop_adapters.store import kernel_store
 from skald.models import Run
+from skald.sessions.selectors import session_case
 from skald.sessions.workspace import workspace_for
 
 ProviderFactory = Callable[[AgentSpec], LlmProvider]
@@ -106,14 +107,15 @@ def deployment_exec_allowlist() -> tuple[str, ...] | None:
 
 
 def session_extras(session: Session) -> dict[str, Any]:
-    """What a session's tools may know about its run: the case (``read_logs``) and the run. A
-    console session has no run; its case is the latest it was attached to (a ``control:note``)."""
-    run = Run.objects.filter(session_id=session.pk).values("pk", "case_id").first()
-    if run is not None:
-        return {"case_id": run["case_id"], "run_id": run["pk"]}
-    notes = SessionEvent.objects.filter(session_id=session.pk, kind=EventKind.NOTE).order_by("-seq")
-    attached = next((n.payload["attached_case"] for n in notes[:20] if "attached_case" in (n.payload or {})), None)
-    return {"case_id": attached} if attached else {}
+    """What a session's tools may know about its run: the case (``read_logs``, by
+    :func:`skald.sessions.selectors.session_case`) and the run. One query."""
+    facts: Mapping[str, Any] = (Session.objects.filter(pk=session.pk)
+                             .annotate(found_case=session_case(),
+                                       found_run=Subquery(Run.objects.filter(session_id=OuterRef("pk"))
+                                                          .values("pk")[:1]))
+                             .values("found_case", "found_run").first()) or {}
+    extras = {"case_id": facts.get("found_case"), "run_id": facts.get("found_run")}
+    return {key: value for key, value in extras.items() if value is not None}
 
 
 def admitted_by(session: Session, exchange_id: int) -> int | None:

@@ -27,20 +27,24 @@ def events_after(*, session: Session, after: int, limit: int) -> list[SessionEve
     return list(SessionEvent.objects.filter(session=session, seq__gt=after).order_by("seq")[:limit])
 
 
-def sessions_with_facts(sessions: QuerySet[Session]) -> QuerySet[Session]:
-    """``sessions``, each with what a list of them shows: ``awaiting_approval`` (a call of it waits for
-    an approver) and ``case_id`` (the case its tools read: its run's, else the latest it was attached to,
-    as ``skald.loop_adapters.runtime.session_extras`` finds it; None when it has none)."""
-    pending = Session.objects.filter(pk=OuterRef("pk"), approvals__status=APPROVAL_PENDING)
+def session_case() -> Coalesce:
+    """The case a session's tools read, as an expression over the session row: its run's case, else
+    the latest case it was attached to (an audited ``control:note``); None when it has none. The one
+    rule: the turn's environment (``skald.loop_adapters.runtime.session_extras``) and the session
+    list both read it here."""
     run_case = Run.objects.filter(session_id=OuterRef("pk")).values("case_id")[:1]
     attached_case = (SessionEvent.objects
                      .filter(session_id=OuterRef("pk"), kind=EventKind.NOTE, payload__has_key="attached_case")
                      .order_by("-seq")
                      .values(case=Cast(KeyTextTransform("attached_case", "payload"), IntegerField()))[:1])
-    return sessions.annotate(
-        awaiting_approval=Exists(pending),
-        case_id=Coalesce(Subquery(run_case), Subquery(attached_case), output_field=IntegerField()),
-    )
+    return Coalesce(Subquery(run_case), Subquery(attached_case), output_field=IntegerField())
+
+
+def sessions_with_facts(sessions: QuerySet[Session]) -> QuerySet[Session]:
+    """``sessions``, each with what a list of them shows: ``awaiting_approval`` (a call of it waits for
+    an approver) and ``case_id`` (:func:`session_case`)."""
+    pending = Session.objects.filter(pk=OuterRef("pk"), approvals__status=APPROVAL_PENDING)
+    return sessions.annotate(awaiting_approval=Exists(pending), case_id=session_case())
 
 
 def session_with_facts(session: Session) -> Session:
