@@ -251,9 +251,10 @@ def test_a_command_cannot_read_another_session_var_the_database_the_key_the_envi
     posted = operator.send(session["id"], "Look around.")
     seen: list[dict[str, Any]] = []
     settled = drive(operator, approver, session["id"], posted["id"], seen)
-    assert settled["outcome"] == "completed", settled
     assert seen and seen[0]["preview"].startswith("Sandbox: bubblewrap"), seen  # the approver was told
-    output = events_of(operator, session["id"], posted["id"], "tool_result")[0]["payload"]["content"]
+    results = events_of(operator, session["id"], posted["id"], "tool_result")
+    assert len(results) == 1, settled  # unconfined, the key in the output trips the tripwires: no result
+    output = results[0]["payload"]["content"]
     exits = {line.split(": exit ")[0][3:]: int(line.rsplit(" ", 1)[1])
              for line in output.splitlines() if line.startswith("== ")}
     assert set(exits) == set(attempts), output
@@ -263,6 +264,7 @@ def test_a_command_cannot_read_another_session_var_the_database_the_key_the_envi
     listed = set(output.split())
     assert not {"secret_key", "skald.sqlite3", "audit_key", "workspaces"} & listed, output  # var/ is not there
     assert not anyone_connected(listener)
+    assert settled["outcome"] == "completed", settled  # (a leaked key would trip the credential tripwires)
 
 
 # --- 6. tripwires read what the provider reads -----------------------------------------------------------
