@@ -13,7 +13,9 @@ One test per reproduction:
 3. a command that tries to read another session, ``var/``, the database, the secret key,
    ``/proc/1/environ`` and the network: every attempt fails;
 4. a chain head whose signature was blanked, in the database or in the file, fails ``verify_chain``;
-5. (PostgreSQL only, ``test_stack_database_unavailable``: SQLite has no server to lose);
+5. a database that cannot be reached answers 503 ``database_unavailable`` on every route: here SQLite's
+   file that cannot be opened; PostgreSQL's terminated backends and refused connections are
+   ``test_stack_database_unavailable``'s (skipped here on PostgreSQL);
 6. a credential hidden by JSON escapes in tool arguments never reaches a later request;
 7. websocket refusals arrive as their close codes, and a socket resolves only its own session's calls.
 
@@ -111,7 +113,9 @@ def stack_env(fake_provider: FakeOpenAIServer, postgres: str,
 
 
 @pytest.fixture(scope="module")
-def stack(launch_stack: Launch, stack_env: dict[str, str]) -> Stack:
+def stack(stack_env: dict[str, str], launch_stack: Launch) -> Stack:
+    # stack_env (and the PostgreSQL database) first: fixtures end in reverse, so the stack stops
+    # (and records its last head) before its database is dropped.
     stack = launch_stack(stack_env)
     wait_ready(stack, timeout=GUARD)
     # The troubleshooter may run commands: an admin adds execute_cmd to its tools (issue 32's API).
@@ -486,3 +490,38 @@ def test_killing_each_idle_worker_in_turn_resumes_work_within_the_bound(
     assert holder.restarted and holder.fast_restarts == 1, describe(broker, holder)
     if waiter.told_apart:
         assert not waiter.restarted and waiter.fast_restarts == 0, describe(broker, waiter)
+
+
+# --- 5. a database that cannot be reached answers 503 (last: the stack's database is taken away) -----------
+
+
+def test_a_sqlite_file_that_cannot_be_opened_answers_503_database_unavailable_on_every_route(
+        stack: Stack, postgres: str) -> None:
+    """SQLite's "refused connection": each request opens the file anew, and the file is not there
+    (a directory in its place, which even root cannot open as a database). Every route answers 503
+    ``database_unavailable`` with ``Retry-After``, authentication included; then the API is back."""
+    if postgres:
+        pytest.skip("PostgreSQL: tests/e2e/test_stack_database_unavailable.py terminates the server's "
+                    "backends and makes it refuse connections")
+    token = stack.token("operator")
+    database, aside = stack.var_dir / "skald.sqlite3", stack.var_dir / "skald.sqlite3.aside"
+    routes = [
+        ("GET", "/api/sessions/", {"Authorization": f"Bearer {token}"}, None),  # authentication first
+        ("POST", "/api/auth/token/", {}, {"username": "operator", "password": PASSWORD}),
+        ("GET", "/api/approvals/", {"Authorization": f"Bearer {token}"}, None),
+    ]
+    with stack.http() as client:
+        assert client.get("/api/sessions/", headers=routes[0][2]).status_code == 200
+        database.rename(aside)  # processes holding a connection keep the file; new connections cannot open it
+        database.mkdir()
+        try:
+            answers = [(path, client.request(method, path, headers=headers, json=body))
+                       for method, path, headers, body in routes]
+        finally:
+            database.rmdir()
+            aside.rename(database)
+        for path, response in answers:
+            assert response.status_code == 503, (path, response.status_code, response.text)
+            assert response.json()["code"] == "database_unavailable", (path, response.text)
+            assert response.headers.get("Retry-After"), path
+        assert client.get("/api/sessions/", headers=routes[0][2]).status_code == 200
