@@ -190,7 +190,7 @@ def drive(operator: Api, approver: httpx.Client, session_id: int, exchange_id: i
             approve(approver, call)
         return None
 
-    return wait_for(probe, timeout=GUARD, interval=0.2, what=f"exchange {exchange_id} to settle")
+    return wait_for(probe, timeout=GUARD, interval=0.4, what=f"exchange {exchange_id} to settle")
 
 
 def events_of(operator: Api, session_id: int, exchange_id: int, kind: str) -> list[dict[str, Any]]:
