@@ -5,7 +5,8 @@ For each narrative:
 * every ``compaction`` row's manifest (first/last seq, count, digest) is recomputed over the stored
   conversation rows it names, and its verbatim tail must start after them;
 * its ``control:compaction_probe`` row is recomputed: the covered rows are projected (screened by
-  the credential ``guard`` and masked, as the model saw them), the probes drawn again and scored
+  the credential ``guard`` and masked, as the model saw them), the probes drawn again (by the draw
+  the report names; a report without one was drawn by draw 1) and scored
   against the stored summary — same rows, same probes, same score. A report that names another
   rule set (``guard``: an organisation pattern was added or removed since) is not re-scored: the
   text the model saw cannot be recomputed under today's rules;
@@ -114,8 +115,10 @@ def _manifest_mismatches(narrative: str, rows: Sequence[EventRow], boundary: Eve
     except ProjectionError as exc:
         return [*found, _finding("compaction.covered", narrative, boundary.seq, code=exc.code, error=str(exc))]
     texts = [message_text(message) for message in messages]
-    recomputed = score(draw_probes(texts), before="\n".join(texts), summary=str(boundary.payload.get("summary", "")),
-                       latch_permille=int(report.get("latch_permille", LATCH_PERMILLE))).as_payload()
+    draw = int(report.get("draw", 1))  # a report without it was drawn by the first release's draw
+    recomputed = score(draw_probes(texts, draw=draw), before="\n".join(texts),
+                       summary=str(boundary.payload.get("summary", "")),
+                       latch_permille=int(report.get("latch_permille", LATCH_PERMILLE)), draw=draw).as_payload()
     for name in ("probes", *_REPORT_FIELDS):
         if report.get(name) != recomputed[name]:
             found.append(_finding(f"compaction.probe.{name}", narrative, boundary.seq, stored=report.get(name),

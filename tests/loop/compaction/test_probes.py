@@ -1,8 +1,11 @@
-"""Probes: deterministic, lexical, integer per mille; a weak baseline is no signal."""
+"""Probes: deterministic, lexical, integer per mille, drawn only from what the covered rows contain;
+a summary that loses every probe is degraded, and only rows with nothing to probe are no signal."""
 
 from __future__ import annotations
 
-from loop.compaction.probes import PROBE_COUNT, draw_probes, score
+import pytest
+
+from loop.compaction.probes import DRAW, PROBE_COUNT, candidates, draw_probes, score
 
 ROWS = [
     "USER: the checkout service returns 503 since the deploy of release 4.18.2",
@@ -67,17 +70,65 @@ def test_losing_half_or_more_is_degraded():
     assert (almost.lost_permille, almost.result) == (400, "ok")
 
 
+CHATTER = ["USER: hello there", "ASSISTANT: hi, how can I help", "USER: just saying thanks",
+           "ASSISTANT: you are welcome", "USER: the build 7731 failed", "ASSISTANT: sorry to hear"] * 2
+
+
+def test_every_probe_is_a_token_the_covered_rows_hold():
+    for texts in (ROWS, ROWS[:3], ROWS[:1], CHATTER, [ROWS[2] + " " + ROWS[6]]):
+        probes = draw_probes(texts)
+        assert probes and all(p.text for p in probes), "never an empty probe"
+        assert len({p.text.lower() for p in probes}) == len(probes)
+        report = score(probes, before="\n".join(texts), summary="")
+        assert report.pre_hits == len(probes), "every probe is answerable before compaction"
+
+
+def test_a_short_covered_prefix_still_fills_ten_probes_from_what_it_holds():
+    probes = draw_probes(ROWS[:5])  # five messages: five slices hold no message of their own
+    assert len(probes) == PROBE_COUNT and all(p.text for p in probes)
+    assert [p.slot for p in probes] == list(range(PROBE_COUNT))
+    fewer = draw_probes(ROWS[:3])  # eight salient tokens in all: eight probes, every one of them
+    assert {p.text for p in fewer} == {c[4] for c in candidates("\n".join(ROWS[:3]), whole=True)}
+    assert len(fewer) == 8
+
+
+@pytest.mark.parametrize("texts", [ROWS, ROWS[:3], ROWS[:1], CHATTER], ids=["ten", "three", "one", "chatter"])
+@pytest.mark.parametrize("summary", ["", "The user said hello.", "Nothing of note happened; all is well."])
+def test_a_summary_that_drops_everything_is_degraded_never_no_signal(texts, summary):
+    report = score(draw_probes(texts), before="\n".join(texts), summary=summary)
+    assert report.pre_hits >= 1 and report.post_hits == 0
+    assert (report.lost_permille, report.result, report.degraded) == (1000, "degraded", True)
+    assert report.as_payload()["latched"] is True
+
+
+def test_rows_with_nothing_salient_have_no_probe_and_are_no_signal():
+    plain = ["USER: hello there", "ASSISTANT: hi, how can I help", "USER: thanks, that is all"]
+    assert draw_probes(plain) == ()
+    report = score(draw_probes(plain), before="\n".join(plain), summary="The user said hello.")
+    assert (report.pre_hits, report.lost_permille, report.result, report.degraded) == (0, 0, "no_signal", False)
+
+
 def test_a_weak_baseline_is_no_signal_never_degraded():
-    chatter = ["USER: hello there", "ASSISTANT: hi, how can I help", "USER: just saying thanks",
-               "ASSISTANT: you are welcome", "USER: the build 7731 failed", "ASSISTANT: sorry to hear"] * 2
-    probes = draw_probes(chatter)
-    report = score(probes, before="\n".join(chatter), summary="The user said hello.")
-    assert report.pre_hits < PROBE_COUNT / 2
+    # Probes the covered text does not hold (as the first release's draw left empty ones).
+    probes = draw_probes(CHATTER, draw=1)
+    report = score(probes, before="\n".join(CHATTER), summary="The user said hello.", draw=1)
+    assert report.pre_hits == 1 and report.pre_hits < PROBE_COUNT / 2
     assert report.lost_permille == 1000
     assert (report.result, report.degraded) == ("no_signal", False)
+    assert report.as_payload()["draw"] == 1
+
+
+def test_the_first_draw_is_kept_for_the_reports_it_made():
+    old = draw_probes(ROWS[:7], draw=1)  # seven slices with a token, three empty
+    assert len(old) == PROBE_COUNT and sum(1 for p in old if not p.text) == 3
+    assert draw_probes(ROWS[:7], draw=1) == old  # replay-verify re-draws it the same
+    new = draw_probes(ROWS[:7])
+    assert len(new) == PROBE_COUNT and all(p.text for p in new)
+    assert score(new, before="", summary="").as_payload()["draw"] == DRAW == 2
 
 
 def test_per_mille_is_integer_arithmetic():
-    probes = draw_probes(ROWS[:7])  # seven slices with a token, three empty
-    report = score(probes, before="\n".join(ROWS[:7]), summary=probes[1].text)
-    assert report.pre_hits == 7 and report.lost_permille == 6 * 1000 // 7 == 857
+    rows = [f"USER: check pool_{name}" for name in ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta")]
+    probes = draw_probes(rows)  # seven salient tokens in all: seven probes, none empty
+    report = score(probes, before="\n".join(rows), summary=probes[1].text)
+    assert len(probes) == 7 and report.pre_hits == 7 and report.lost_permille == 6 * 1000 // 7 == 857
