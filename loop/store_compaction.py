@@ -28,7 +28,11 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class Episode:
-    """What an episode (one exchange, one narrative) has compacted so far."""
+    """What an episode (one session's conversation in one narrative) has compacted so far.
+
+    Counted from the episode's ``control:compaction_probe`` rows: each commits in the transaction of
+    the compaction it counts, so a resumed drive, a later exchange of the session or another worker
+    reads the same count and the same latch. A new session is a new episode."""
 
     compactions: int
     latched: bool
@@ -68,9 +72,10 @@ class CompactionLog:
         window.reverse()
         return Replay(window, len(fetched) > cap, stamp)
 
-    def episode(self, exchange_id: int, *, narrative: str = "") -> Episode:
+    def episode(self, session_id: int, *, narrative: str = "") -> Episode:
+        """The episode of ``narrative`` in a session: every exchange of the session shares it."""
         with sql.cursor() as cursor:
-            reports = event_rows.compaction_probes(cursor, exchange_id=exchange_id, narrative=narrative)
+            reports = event_rows.compaction_probes(cursor, session_id=session_id, narrative=narrative)
         return Episode(len(reports), any(bool(report.get("latched")) for report in reports))
 
     def commit(

@@ -9,9 +9,13 @@ at again at the next one), has the loop's own provider write the summary through
 seam, probes it, and commits the compaction row, the probe row and their audit rows as one durable
 step between two named failpoints.
 
-An episode is one exchange (a GDL launch is one episode, SPEC W1) in one narrative: a sub-agent's
-frame (:mod:`loop.delegation`) runs the same cycle over its own ``child:<name>:c<call>:`` narrative
-with its own :class:`EpisodeState`, so it compacts and counts its own quota, never the parent's.
+An episode is one conversation (a session, so every message of it and every exchange of a GDL run,
+which is one session) in one narrative: the quota and the latch carry over from one exchange to the
+next, and a new session starts fresh. They are counted from the episode's probe rows, which commit
+with the compactions they count, so the database is the truth for a resumed drive or another
+worker. A sub-agent's frame (:mod:`loop.delegation`) runs the same cycle over its own
+``child:<name>:c<call>:`` narrative with its own :class:`EpisodeState`, so it compacts and counts
+its own quota, never the parent's. A hook's deny is the drive's alone (the rest of the exchange).
 """
 
 from __future__ import annotations
@@ -64,7 +68,9 @@ class CycleEnv:
 
 @dataclass
 class EpisodeState:
-    """The driver's memory of the episode; loaded from the probe rows the first time it matters."""
+    """One drive's copy of the episode: ``compactions`` and ``latched`` are loaded from the session's
+    probe rows the first time a cycle is pending (earlier exchanges of the session count); ``denied``
+    and ``exhausted`` are this drive's own."""
 
     loaded: bool = False
     compactions: int = 0
@@ -117,7 +123,7 @@ def run_cycle(env: CycleEnv, exchange: Exchange, state: EpisodeState, *, authori
     if plan is None:
         return Cycle("idle", view)
     if not state.loaded:
-        episode = env.store.compactions.episode(exchange.pk, narrative=env.narrative)
+        episode = env.store.compactions.episode(exchange.session_id, narrative=env.narrative)
         state.loaded, state.compactions, state.latched = True, episode.compactions, episode.latched
     if state.latched:
         return Cycle("latched", view)

@@ -42,7 +42,8 @@ class CompactionPolicy:
         keep_tokens: Tokens the verbatim tail may hold.
         keep_rows: Rows the verbatim tail may hold.
         row_trigger: Window rows that make a cycle pending even below the token threshold.
-        max_per_episode: Compactions allowed in one episode (one exchange); one more is a loud stop.
+        max_per_episode: Compactions allowed in one episode (a session's conversation in one narrative,
+            across its exchanges); one more is a loud stop.
         latch_permille: Probe loss (per mille) at which the episode latches the conservative posture.
         clear_tool_results_over: Covered tool results above this many tokens reach the summariser
             as a stub with their salient lines (tool-result clearing).

@@ -154,11 +154,11 @@ def latest_compaction(cursor: Cursor, *, session_id: int, narrative: str) -> tup
     return (int(row[0]), load_json(row[1])) if row else None
 
 
-def compaction_probes(cursor: Cursor, *, exchange_id: int, narrative: str) -> list[Any]:
-    """The payloads of an exchange's probe reports in one narrative, oldest first."""
+def compaction_probes(cursor: Cursor, *, session_id: int, narrative: str) -> list[Any]:
+    """The payloads of a session's probe reports in one narrative (its episode), oldest first."""
     cursor.execute(
-        "SELECT payload FROM loop_sessionevent WHERE exchange_id = %s AND narrative = %s AND kind = %s ORDER BY seq",
-        [exchange_id, narrative, "control:compaction_probe"],
+        "SELECT payload FROM loop_sessionevent WHERE session_id = %s AND narrative = %s AND kind = %s ORDER BY seq",
+        [session_id, narrative, "control:compaction_probe"],
     )
     return [load_json(payload) for (payload,) in cursor.fetchall()]
 

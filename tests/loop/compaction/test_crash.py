@@ -60,6 +60,8 @@ def test_a_crash_around_the_compaction_row_leaves_a_well_formed_history(failpoin
     crash_in_child(session.pk, failpoint)
     written = SessionEvent.objects.filter(session=session, kind="compaction").count()
     assert written == (0 if failpoint.endswith("before_row") else 1)
+    store = make_env(scripted_model()).store
+    assert store.compactions.episode(session.pk).compactions == written  # counted with its rows, never apart
     assert_well_formed(session.pk)
     crashed = Exchange.objects.get(session=session, status=ExchangeStatus.OPEN)
 
@@ -73,6 +75,7 @@ def test_a_crash_around_the_compaction_row_leaves_a_well_formed_history(failpoin
     assert len(rows) >= 1
     ranges = [(r.payload["manifest"]["first_seq"], r.payload["manifest"]["last_seq"]) for r in rows]
     assert len(set(ranges)) == len(ranges), "no range is compacted twice"
+    assert store.compactions.episode(session.pk).compactions == len(rows)  # one episode across the exchanges
     assert verify_rows(load_session_rows(session.pk)) == []  # replay-verify: windows, manifests, probes
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -12,13 +13,24 @@ from loop.compaction.prompt import is_summary_request
 from loop.compaction.tokens import message_tokens
 from loop.context import ContextBuilder
 from loop.driver import run_turns_keyed
+from loop.env import LoopEnv
 from loop.hooks import Allow, Deny, HookPoint, LoopHooks
-from loop.models import Exchange, SessionEvent
+from loop.models import Exchange, Session, SessionEvent
 from loop.outcomes import BudgetExceeded, Completed
 from loop.providers.base import SummaryMessage
 from tests.loop.compaction.conftest import SMALL, scripted_model
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
+
+
+def new_session(store, like: Session) -> Session:
+    return store.create_session(owner_id=like.owner_id, agent=like.agent, source="web", title="another",
+                                principal=f"user:{like.owner_id}")
+
+
+def on_session(env: LoopEnv, session: Session) -> LoopEnv:
+    """The same environment, driving another session."""
+    return replace(env, scope=replace(env.scope, session_id=session.pk))
 
 
 def compactions(session_id: int) -> list[SessionEvent]:
@@ -90,9 +102,52 @@ def test_a_degraded_compaction_latches_the_episode(make_env, session, store):
     assert len(reports) == 1, "no further automatic compaction after the latch, though pressure rose again"
     assert (reports[0]["result"], reports[0]["degraded"], reports[0]["latched"]) == ("degraded", True, True)
     assert reports[0]["lost_permille"] >= 500 and reports[0]["pre_hits"] >= 5
-    # The latch is the episode's: the next exchange compacts again.
-    run_turns_keyed(env, request_key="next", content="check 2")
-    assert len(probes(session.pk)) == 2
+    # The latch is the episode's, and the episode is the session: the next exchange, on a drive of
+    # its own, does not compact though its pressure rises again.
+    later = make_env(scripted_model(lambda transcript: "Nothing of note happened.", rounds=12),
+                     compaction=SMALL, bounds=Bounds(max_turns=20))
+    assert isinstance(run_turns_keyed(later, request_key="next", content="check 2").outcome, Completed)
+    assert not any(is_summary_request(r) for r in later.provider.calls)
+    assert len(probes(session.pk)) == 1
+    # A new session is a new episode: it compacts (and latches) on its own.
+    fresh = on_session(make_env(scripted_model(lambda transcript: "Nothing of note happened.", rounds=12),
+                                compaction=SMALL, bounds=Bounds(max_turns=20)), new_session(store, session))
+    assert isinstance(run_turns_keyed(fresh, request_key="long", content="check 1").outcome, Completed)
+    assert len(probes(fresh.scope.session_id)) == 1 and probes(fresh.scope.session_id)[0]["latched"] is True
+    assert len(probes(session.pk)) == 1
+
+
+def test_the_quota_is_the_sessions_across_its_exchanges_and_a_new_session_starts_fresh(make_env, session, store):
+    policy = replace(SMALL, max_per_episode=2)
+    ended = []
+    for number in range(1, 13):  # each exchange on a drive of its own, as on any worker
+        env = make_env(scripted_model(), compaction=policy, context=ContextBuilder())
+        ended.append(run_turns_keyed(env, request_key=f"k{number}", content=f"check {number}").outcome)
+        if not isinstance(ended[-1], Completed):
+            break
+    assert ended[-1] == BudgetExceeded("compaction_quota_exhausted"), "the third compaction of the session stops"
+    assert all(isinstance(outcome, Completed) for outcome in ended[:-1]) and len(ended) >= 3
+    rows = compactions(session.pk)
+    assert len(rows) == 2 and len({row.exchange_id for row in rows}) == 2, "one compaction in each of two exchanges"
+    assert [row.payload["manifest"]["episode_index"] for row in rows] == [1, 2]
+    named = SessionEvent.objects.get(session=session, kind="control:compaction_quota")
+    assert named.payload == {"name": "compaction_quota_exhausted", "compactions": 2, "max_per_episode": 2}
+    assert store.compactions.episode(session.pk).compactions == 2
+    # The next message of the session meets the same count: the quota does not reset per exchange.
+    again = make_env(scripted_model(), compaction=policy, context=ContextBuilder())
+    assert run_turns_keyed(again, request_key="after", content="check 99").outcome == BudgetExceeded(
+        "compaction_quota_exhausted")
+    assert len(compactions(session.pk)) == 2
+    # A new session counts from zero.
+    other = new_session(store, session)
+    for number in range(1, 13):
+        env = on_session(make_env(scripted_model(), compaction=policy, context=ContextBuilder()), other)
+        assert isinstance(run_turns_keyed(env, request_key=f"k{number}", content=f"check {number}").outcome,
+                          Completed)
+        if compactions(other.pk):
+            break
+    assert [row.payload["manifest"]["episode_index"] for row in compactions(other.pk)] == [1]
+    assert store.compactions.episode(other.pk).compactions == 1 and len(compactions(session.pk)) == 2
 
 
 def test_the_sixteen_cap_stops_loudly_with_a_named_row(make_env, session, store):

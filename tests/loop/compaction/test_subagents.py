@@ -73,8 +73,8 @@ def test_a_sub_agent_compacts_its_own_narrative_never_the_parents(make_env, sess
         assert not covered.filter(kind__in=["user", "assistant", "tool_result"]).exists()
     exchange = Exchange.objects.get(pk=result.exchange_id)
     store = make_env(provider).store
-    assert store.compactions.episode(exchange.pk, narrative="").compactions == 0  # the parent's quota untouched
-    assert store.compactions.episode(exchange.pk, narrative=child_narrative).compactions == len(rows)
+    assert store.compactions.episode(exchange.session_id, narrative="").compactions == 0  # the parent's quota untouched
+    assert store.compactions.episode(exchange.session_id, narrative=child_narrative).compactions == len(rows)
     # The parent's requests never carry a summary; the child's after a compaction open with one.
     root = [r for r in provider.calls if not is_summary_request(r) and not r.metadata.get("narrative")]
     child = [r for r in provider.calls if not is_summary_request(r) and r.metadata.get("narrative") == child_narrative]
