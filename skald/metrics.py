@@ -118,7 +118,8 @@ def _compaction_families() -> Iterator[Metric]:
     latches = CounterMetricFamily("skald_compaction_latches", "Episodes latched conservative by a degraded probe")
     latches.add_metric([], sum(1 for *_rest, latched in reports if latched))
     yield latches
-    stops = CounterMetricFamily("skald_compaction_quota_stops", "Episodes stopped at the compaction quota")
+    stops = CounterMetricFamily("skald_compaction_quota_stops",
+                                "Stops at the compaction quota (each exchange that met it)")
     stops.add_metric([], SessionEvent.objects.filter(kind=EventKind.COMPACTION_QUOTA).count())
     yield stops
 
