@@ -209,3 +209,22 @@ def test_a_retried_commit_writes_nothing_new(make_env, session, store):
         accounting_incomplete=False, principal="agent:helper")
     assert (again.seq, again.probe_seq, again.replayed) == (row.seq, probe.seq, True)
     assert SessionEvent.objects.filter(session=session).count() == count
+
+
+@pytest.mark.parametrize("summary", ["Done.", "Nothing of note happened."], ids=["terse", "vague"])
+def test_a_summary_that_drops_every_probe_reads_degraded_even_over_a_short_prefix(make_env, session, store, summary):
+    # A covered prefix of a few rows: most of its ten slices hold no row of their own.
+    policy = CompactionPolicy(threshold_tokens=150, keep_tokens=100, keep_rows=100, clear_tool_results_over=400,
+                              summary_max_tokens=100)
+    provider = scripted_model(lambda transcript: summary, rounds=3)
+    env = make_env(provider, compaction=policy, bounds=Bounds(max_turns=20))
+    run_turns_keyed(env, request_key="short", content="check 1")
+    report = probes(session.pk)[0]
+    manifest = compactions(session.pk)[0].payload["manifest"]
+    assert manifest["count"] < 10, "a short covered prefix"
+    covered = " ".join(json.dumps(e.payload) for e in SessionEvent.objects.filter(
+        session=session, seq__gte=manifest["first_seq"], seq__lte=manifest["last_seq"]))
+    drawn = [p["text"] for p in report["probes"]]
+    assert drawn and all(text and text in covered for text in drawn), "drawn only from what the rows hold"
+    assert report["pre_hits"] == len(drawn) and report["post_hits"] == 0
+    assert (report["result"], report["degraded"], report["latched"]) == ("degraded", True, True)
