@@ -1,4 +1,5 @@
-"""The compaction benchmark: one session of 2,000 turns, with compaction on (its defaults).
+"""The compaction benchmark: one session of 2,000 turns, with compaction on (its defaults, but the
+per-episode quota, which one session of 2,000 turns would exceed near turn 800).
 
 One bench turn is one exchange through :func:`loop.driver.run_turns_keyed` on the real store: a
 user message → the model asks ``echo`` for a fact-laden text of ~300 tokens → the tool runs → the
@@ -31,6 +32,7 @@ from pathlib import Path
 from bench.kernel import ECHO, AllowGate, TimedProvider, configure_django, create_session
 from loop.cancellation import CancelToken
 from loop.compaction.extractive import extractive_summary
+from loop.compaction.policy import CompactionPolicy
 from loop.compaction.prompt import is_summary_request
 from loop.compaction.tokens import encoding
 from loop.dispatch import request_bytes
@@ -122,8 +124,10 @@ def measure(*, turns: int, workspace: Path) -> CompactionResult:
         session = create_session(user.pk, title)
         scope = TurnScope(session_id=session.pk, exchange_id=0, principal=f"user:{user.pk}", user_id=user.pk,
                           agent="bench", workspace=workspace)
+        # One session is one compaction episode (SPEC L14): at the default quota (16) this one
+        # conversation would stop loudly near turn 800, so the bench lifts the quota to measure cost.
         return LoopEnv(store=kernel_store(), provider=provider, tools=tools, gate=AllowGate(), agent=agent,
-                       scope=scope, bus=ChannelsBus()), session.pk
+                       scope=scope, bus=ChannelsBus(), compaction=CompactionPolicy(max_per_episode=turns)), session.pk
 
     encoding()  # loading the tokenizer (~0.3 s, once per process) is not a turn's cost
     warm, _ = env_for("warm-up")
