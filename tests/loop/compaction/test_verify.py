@@ -73,3 +73,28 @@ def test_probes_are_recomputed_under_the_rule_set_the_driver_screened_with(make_
     tampered.save(update_fields=["payload"])
     fields = {f["field"] for f in verify_rows(load_session_rows(session.pk), guard=guard)}
     assert "compaction.probe.post_hits" in fields
+
+
+def test_a_report_of_the_first_draw_is_re_drawn_by_it(make_env, session, monkeypatch):
+    # Reports written before probes named their draw were drawn by draw 1 (empty probes and all).
+    from functools import partial
+
+    import loop.compaction.cycle as cycle
+    from loop.compaction.probes import draw_probes, score
+
+    monkeypatch.setattr(cycle, "draw_probes", partial(draw_probes, draw=1))
+    monkeypatch.setattr(cycle, "score", partial(score, draw=1))
+    env = make_env(scripted_model(), compaction=SMALL)
+    for number in range(1, 9):
+        run_turns_keyed(env, request_key=f"k{number}", content=f"check {number}")
+    reports = list(SessionEvent.objects.filter(session=session, kind="control:compaction_probe"))
+    assert len(reports) >= 2
+    for probe in reports:
+        assert probe.payload.pop("draw") == 1
+        probe.save(update_fields=["payload"])
+    # (The edited rows break the exchanges' receipts, not what the compaction check recomputes.)
+    assert [f for f in verify_rows(load_session_rows(session.pk)) if f["field"].startswith("compaction")] == []
+    first = reports[0]
+    first.payload = {**first.payload, "probes": [{**p, "text": ""} for p in first.payload["probes"]]}
+    first.save(update_fields=["payload"])
+    assert "compaction.probe.probes" in {f["field"] for f in verify_rows(load_session_rows(session.pk))}
