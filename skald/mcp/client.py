@@ -301,7 +301,10 @@ class McpPool:
         """
         loop = self._ensure_loop()
         future = asyncio.run_coroutine_threadsafe(self._call(spec, tool, dict(arguments), timeout), loop)
-        unregister = cancel.on_cancel(lambda: loop.call_soon_threadsafe(future.cancel))
+        def stop() -> None:
+            loop.call_soon_threadsafe(future.cancel)
+
+        unregister = cancel.on_cancel(stop)
         try:
             return future.result()
         except concurrent.futures.CancelledError:

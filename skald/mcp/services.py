@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.conf import settings
-from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS
 from django.db import transaction
+from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS
 
 from audit.actors import Actor
 from audit.kinds import AuditKind

@@ -14,13 +14,15 @@ import sys
 from pathlib import Path
 
 import anyio
+from mcp_types import ToolAnnotations
+
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ToolAnnotations
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True)
 DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False)
-FAKE_KEY = "gh" + "p_" + "Zq8Rt2Lm4Nv6Bx1Cw3Ke5Jh7Fg9Dp0Sa2Yu4"  # a GitHub token's shape (split: no scanner trips on it)
+# a GitHub token's shape (split: no scanner trips on it)
+FAKE_KEY = "gh" + "p_" + "Zq8Rt2Lm4Nv6Bx1Cw3Ke5Jh7Fg9Dp0Sa2Yu4"
 
 
 def build(state: Path, variant: str = "") -> MCPServer:
