@@ -345,6 +345,8 @@ SPECTACULAR_SETTINGS = {
         {"name": "policy", "description": "The governance configuration (admins only): approval rules and "
                                           "security groups with ETag / If-Match, the policy document's plan "
                                           "and apply."},
+        {"name": "mcp", "description": "MCP servers (admins only): registration validated at save, their tools "
+                                       "with pinned definitions and quarantines."},
     ],
     # Several components share field names ("status", "decision") over different choice sets.
     "ENUM_NAME_OVERRIDES": {
