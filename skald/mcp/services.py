@@ -73,6 +73,15 @@ def _validated(data: Mapping[str, Any], *, current: McpServer | None) -> dict[st
     return merged
 
 
+def server_input_validate(data: Mapping[str, Any], *, current: McpServer | None) -> dict[str, Any]:
+    """The configuration ``data`` would give (merged over ``current``), validated as at save.
+
+    Raises:
+        McpConfigError: a stable ``mcp_*`` code naming the refused field.
+    """
+    return _validated(data, current=current)
+
+
 def mcp_server_create(*, actor: Actor, data: Mapping[str, Any]) -> McpServer:
     """Validate and store a server (disabled), then enable it when ``data`` asks.
 
