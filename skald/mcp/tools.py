@@ -18,6 +18,7 @@ and is never made twice.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +28,7 @@ from django.conf import settings
 from loop.errors import ToolError
 from loop.ports import Tool, ToolContext
 from loop.tools.hints import RestartHint
-from skald.mcp import tools_cache
+from skald.mcp import metrics, tools_cache
 from skald.mcp.client import CallResult, McpCallError, McpUnavailable, pool
 from skald.mcp.definitions import hints, offered_name
 
@@ -82,6 +83,7 @@ class McpToolProxy:
         if server.status != "connected":
             mcp_server_status_record(server=server, error="")
         timeout = float(context.timeout or settings.SKALD_MCP_CALL_TIMEOUT_SECONDS)
+        started = time.monotonic()
         try:
             result = pool().call(spec, self.tool, arguments, cancel=context.cancel, timeout=timeout)
         except McpUnavailable as exc:
@@ -89,6 +91,8 @@ class McpToolProxy:
             raise
         except McpCallError as exc:
             raise ToolError(f"{self.name}: the server refused the call: {exc}", code="mcp_error") from None
+        finally:
+            metrics.observe(self.server, time.monotonic() - started)
         text = result_text(result)
         if result.is_error:
             raise ToolError(text or "the tool reported an error", code="mcp_tool_error")

@@ -73,7 +73,7 @@ def test_an_agent_the_server_does_not_list_is_not_offered_its_tools(stdio_server
     assert not any(name.startswith("mcp__") for name in offered(provider))
 
 
-def test_a_read_only_tool_of_a_trusted_server_runs_without_approval(stdio_server, ask, script, state):
+def test_a_read_only_tool_of_a_trusted_server_runs_without_approval(stdio_server, ask, script, state, client):
     stdio_server()
     before = counter(state, "echo")
     provider = script(tool_turn(("mcp__demo__echo", {"text": "ping"})), text_turn("done"))
@@ -83,6 +83,10 @@ def test_a_read_only_tool_of_a_trusted_server_runs_without_approval(stdio_server
     assert exchange.outcome == "completed"
     assert json.loads(tool_message(provider, 1)) == {"result": "echo: ping"}
     assert counter(state, "echo") == before + 1
+    metrics = client.get("/metrics").content.decode()
+    assert 'skald_mcp_calls_total{server="demo",status="completed"} 1.0' in metrics
+    assert 'skald_mcp_call_seconds_count{server="demo"}' in metrics
+    assert 'skald_mcp_tools{server="demo",status="active"} 7.0' in metrics
 
 
 def test_a_read_only_tool_of_an_untrusted_server_needs_approval(stdio_server, ask, script, state):
@@ -107,6 +111,8 @@ def test_a_destructive_call_is_gated_then_approved_and_executed(stdio_server, as
     assert counter(state, "delete_thing") == before  # nothing ran before the human said yes
 
     approval = PendingApproval.objects.get(tool="mcp__demo__delete_thing")
+    assert "MCP server: demo (trusted)" in approval.preview  # the card: server, trust, annotations, arguments
+    assert "destructiveHint=true" in approval.preview and '"thing": "t1"' in approval.preview
     pending_approval_resolve(resolver=carol, decision="approve", tool_call_id=approval.tool_call_id)
 
     assert Exchange.objects.get(pk=exchange.pk).outcome == "completed"
