@@ -43,6 +43,9 @@ MCP_DEFAULT_RULES: tuple[tuple[str, dict[str, str], str, int, str], ...] = (
 )
 
 
+DEFAULT_RULE_COUNT = len(DEFAULT_RULES) + len(MCP_DEFAULT_RULES)
+
+
 def default_rules_ensure() -> int:
     """Create the default global rules if there are no rules at all; returns how many were made."""
     with transaction.atomic():
@@ -63,7 +66,7 @@ def default_rules_ensure() -> int:
                      + [[pattern, matchers, action, priority] for pattern, matchers, action, priority, _
                         in MCP_DEFAULT_RULES]},
         )
-    return len(DEFAULT_RULES) + len(MCP_DEFAULT_RULES)
+    return DEFAULT_RULE_COUNT
 
 
 # The demo's own configuration (make run), not a default: an operator's narrow rule that lets the

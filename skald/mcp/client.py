@@ -270,6 +270,7 @@ class McpPool:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._connections: dict[str, _Connection] = {}
+        self._opening: dict[str, asyncio.Lock] = {}  # used only on the loop's thread
         self._reaper: asyncio.Task[None] | None = None
         self.started = 0  # connections opened (a restart counts), for tests and metrics
 
@@ -339,6 +340,11 @@ class McpPool:
             raise McpUnavailable(server, "no answer in time") from None
 
     async def _connection(self, spec: ServerSpec) -> _Connection:
+        # One opener per server at a time: concurrent first calls (a fanned-out round) share it.
+        async with self._opening.setdefault(spec.name, asyncio.Lock()):
+            return await self._open(spec)
+
+    async def _open(self, spec: ServerSpec) -> _Connection:
         current = self._connections.get(spec.name)
         if current is not None and current.alive and current.spec.fingerprint == spec.fingerprint:
             return current
@@ -460,7 +466,26 @@ def pool() -> McpPool:
             from django.conf import settings
 
             _pool = McpPool(idle_seconds=settings.SKALD_MCP_IDLE_SECONDS)
+            _pool.on_list_changed = _list_changed
         return _pool
+
+
+def _list_changed(name: str) -> None:
+    """A server said ``notifications/tools/list_changed``: list now and compare with the pins (a
+    differing definition is quarantined). Runs on a thread of its own, off the event loop."""
+    from django.db import connection
+
+    from skald.mcp.models import McpServer
+    from skald.mcp.services import mcp_server_refresh
+
+    try:
+        server = McpServer.objects.filter(name=name, enabled=True).first()
+        if server is not None:
+            mcp_server_refresh(server=server)
+    except Exception:  # a failed refresh is logged; the next call compares the listing again
+        logger.exception("MCP server %s: refresh after tools/list_changed failed", name)
+    finally:
+        connection.close()  # this thread's own
 
 
 def definitions_by_name(listing: Sequence[Definition]) -> dict[str, Definition]:
