@@ -57,7 +57,7 @@ class McpServerForm(forms.ModelForm):
         fields = list(SERVER_INPUT)
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
+        cleaned = super().clean() or {}
         data = {key: cleaned[key] for key in SERVER_INPUT if key in cleaned}
         try:
             server_input_validate(data, current=self.instance if self.instance.pk else None)
@@ -72,7 +72,7 @@ class McpToolInline(admin.TabularInline):
     extra = 0
     can_delete = False
     fields = ["name", "status", "annotations", "digest"]
-    readonly_fields = fields
+    readonly_fields = ["name", "status", "annotations", "digest"]
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -140,7 +140,8 @@ class McpToolAdmin(_SuperusersOnly, admin.ModelAdmin):
     search_fields = ["name", "server__name"]
     fields = ["server", "name", "status", "description", "input_schema", "annotations", "digest", "pinned_at",
               "pending_digest", "definition_diff"]
-    readonly_fields = fields
+    readonly_fields = ["server", "name", "status", "description", "input_schema", "annotations", "digest",
+                       "pinned_at", "pending_digest", "definition_diff"]
     actions = ["approve_definition", "keep_quarantined"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[McpTool]:

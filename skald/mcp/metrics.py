@@ -58,8 +58,9 @@ def collect() -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMet
     yield errors
 
     tools = GaugeMetricFamily("skald_mcp_tools", "MCP tools by server and status", labels=["server", "status"])
-    for row in McpTool.objects.values("server__name", "status").annotate(n=Count("id")).order_by():
-        tools.add_metric([row["server__name"], row["status"]], row["n"])
+    for server, status, count in (McpTool.objects.values_list("server__name", "status")
+                                  .annotate(n=Count("id")).order_by()):
+        tools.add_metric([server, status], count)
     yield tools
     quarantines = CounterMetricFamily("skald_mcp_quarantines", "MCP tool definitions quarantined (a listing that "
                                       "differed from the pin)")
@@ -71,7 +72,7 @@ def collect() -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMet
                                     labels=["server"])
     with _lock:
         snapshot = {server: list(row) for server, row in _latency.items()}
-    for server, row in sorted(snapshot.items()):
-        buckets = [(str(bound), row[index]) for index, bound in enumerate(BUCKETS)] + [("+Inf", row[len(BUCKETS)])]
-        latency.add_metric([server], buckets, row[-1])
+    for server, counts in sorted(snapshot.items()):
+        buckets = [(str(bound), counts[index]) for index, bound in enumerate(BUCKETS)]
+        latency.add_metric([server], [*buckets, ("+Inf", counts[len(BUCKETS)])], counts[-1])
     yield latency
