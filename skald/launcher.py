@@ -1,4 +1,8 @@
-"""`make run`: migrate, seed the demo, then run daphne and a django-q2 cluster side by side.
+"""`make run`: migrate, seed the demo, then run daphne, a django-q2 cluster and the sweeper side by side.
+
+The maintenance child (``--maintain``) prepares the database and reports back through a pipe, then
+sweeps (``manage.py skald_sweeper``) and records the audit chain head when it is stopped, last, once
+the web process and the workers have stopped: one Django start-up for the three jobs.
 
 Ctrl-C or SIGTERM stops both and leaves no process behind. Each child runs in its own session so
 the whole group (qcluster's workers included) can be killed; every process also asks the kernel to
@@ -48,15 +52,27 @@ def _die_with_parent() -> None:
         pass
 
 
-def _prepare() -> tuple[int, str]:
-    """`check`, `migrate` and `seed_demo` in one child process (one Django start-up, not three):
-    its status and what it printed (the logins), which the launcher prints last, with the URLs.
+def _start_maintenance() -> tuple[subprocess.Popen[bytes], int, str]:
+    """The maintenance child: it prepares the database (`check`, `migrate`, `seed_demo`), reports, then
+    sweeps until stopped and records the chain head on its way out: one Django start-up for what were
+    three processes (prepare, sweeper, record-head).
 
-    A partial provider profile (skald.E001) refuses to boot here, before anything is migrated.
+    Returns the child, the preparation's status and what it printed (the logins, which the launcher
+    prints last, with the URLs). A partial provider profile (skald.E001) refuses to boot here, before
+    anything is migrated; the child has then exited with that status.
     """
-    done = subprocess.run([sys.executable, "-m", "skald.launcher", "--prepare"], cwd=BASE_DIR,
-                          stdout=subprocess.PIPE, text=True)
-    return done.returncode, done.stdout
+    report_read, report_write = os.pipe()
+    child = subprocess.Popen([sys.executable, "-m", "skald.launcher", "--maintain", str(report_write)],
+                             cwd=BASE_DIR, start_new_session=True, preexec_fn=_die_with_parent,
+                             pass_fds=(report_write,))
+    os.close(report_write)
+    with os.fdopen(report_read, encoding="utf-8") as report:
+        raw = report.read()  # EOF once the child reported, or died
+    try:
+        prepared = json.loads(raw)
+        return child, int(prepared["code"]), str(prepared["logins"])
+    except (ValueError, KeyError, TypeError):  # it died before reporting
+        return child, child.wait() or 1, ""
 
 
 def _port_taken(host: str, port: int) -> OSError | None:
@@ -82,19 +98,17 @@ def _banner(base: str, logins: str) -> str:
             f"  API docs: {base}/api/docs/\n  ready:    {base}/readyz\n")
 
 
-def _prepare_in_process() -> int:
-    import django
+def _prepare_in_process(out: io.StringIO) -> int:
     from django.core.management import call_command
     from django.core.management.base import SystemCheckError
 
-    django.setup()
     try:
         call_command("check", stdout=io.StringIO())  # problems go to stderr; "no issues" is not a login
     except SystemCheckError as exc:
         print(exc, file=sys.stderr)
         return 1
     call_command("migrate", interactive=False, verbosity=0)
-    call_command("seed_demo")
+    call_command("seed_demo", stdout=out)
     from audit.actors import Actor
     from audit.heads import chain_head_checkpoint
 
@@ -107,9 +121,28 @@ def _prepare_in_process() -> int:
     return 0
 
 
+def _maintain_in_process(report_fd: int) -> int:
+    """``--maintain FD``: prepare, write ``{"code", "logins"}`` to FD and close it, then sweep until
+    SIGTERM (``manage.py skald_sweeper``) and record the chain head at the end."""
+    import django
+
+    django.setup()
+    logins = io.StringIO()
+    code = _prepare_in_process(logins)
+    with os.fdopen(report_fd, "w", encoding="utf-8") as report:
+        report.write(json.dumps({"code": code, "logins": logins.getvalue()}))
+    if code != 0:
+        return code
+    from django.core.management import call_command
+
+    call_command("skald_sweeper")  # returns on SIGTERM or SIGINT
+    return _record_chain_head_in_process()
+
+
 def _record_chain_head() -> None:
-    """Record and export a signed audit chain head (audit/heads.py) in a child process; a failure
-    is reported, never fatal: the scheduled recording catches up."""
+    """Record and export a signed audit chain head (audit/heads.py) in a child process, when the
+    maintenance child could not (it died before the stop); a failure is reported, never fatal: the
+    scheduled recording catches up."""
     code = subprocess.run([sys.executable, "-m", "skald.launcher", "--record-head"], cwd=BASE_DIR).returncode
     if code != 0:
         print(f"Recording the audit chain head failed (exit code {code}).", file=sys.stderr)
@@ -118,7 +151,7 @@ def _record_chain_head() -> None:
 def _record_chain_head_in_process() -> int:
     import django
 
-    django.setup()
+    django.setup()  # a no-op in the maintenance child, which has set Django up already
     from audit.actors import Actor
     from audit.heads import chain_head_checkpoint
 
@@ -259,13 +292,6 @@ def main() -> int:
               "(and HOST=... for another address).", file=sys.stderr)
         return 2
     var_dir_prepare(var_dir_path(BASE_DIR))  # before any child reads settings: one secret key for all
-    prepared, logins = _prepare()
-    if prepared != 0:
-        print(logins, end="")
-        print(f"Preparing the database failed (exit code {prepared}); not starting.", file=sys.stderr)
-        return prepared
-
-    children: list[subprocess.Popen[bytes]] = []
     stopping = crashed = False
 
     def on_signal(signum: int, frame: object) -> None:
@@ -274,13 +300,21 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    maintenance, prepared, logins = _start_maintenance()
+    if prepared != 0:
+        print(logins, end="")
+        print(f"Preparing the database failed (exit code {prepared}); not starting.", file=sys.stderr)
+        _stop([maintenance])
+        return prepared
+
+    children: list[subprocess.Popen[bytes]] = [maintenance]
+
     try:
         daphne = _spawn([sys.executable, "-m", "skald.launcher", "--serve", "-b", host, "-p", port,
                          "skald.asgi:application"])
         children.append(daphne)
         clusters = _spawn_clusters()
         children += clusters
-        children.append(_spawn([sys.executable, str(BASE_DIR / "manage.py"), "skald_sweeper"]))
         display_host = f"[{host}]" if ":" in host else host
         base = f"http://{display_host}:{port}"
         if _wait_until_serving(f"{base}/healthz", daphne, lambda: stopping):
@@ -319,16 +353,21 @@ def main() -> int:
                     watch_after = time.monotonic() + _stall_seconds()
             time.sleep(0.2)
     finally:
-        _stop(children)
-        _record_chain_head()  # a head at shutdown: a tail cut while Skald is down is then visible
+        # The web process and the workers first, then the maintenance child, which records a head
+        # at shutdown (a tail cut while Skald is down is then visible) once nothing else writes.
+        alive = maintenance.poll() is None
+        _stop([child for child in children if child is not maintenance])
+        _stop([maintenance])
+        if not alive or maintenance.returncode != 0:
+            _record_chain_head()
     print("Skald stopped.", flush=True)
     return 1 if crashed else 0
 
 
 if __name__ == "__main__":
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "skald.settings")
-    if sys.argv[1:] == ["--prepare"]:
-        sys.exit(_prepare_in_process())
+    if sys.argv[1:2] == ["--maintain"]:
+        sys.exit(_maintain_in_process(int(sys.argv[2])))
     if sys.argv[1:] == ["--record-head"]:
         sys.exit(_record_chain_head_in_process())
     if sys.argv[1:2] == ["--serve"]:
