@@ -466,26 +466,7 @@ def pool() -> McpPool:
             from django.conf import settings
 
             _pool = McpPool(idle_seconds=settings.SKALD_MCP_IDLE_SECONDS)
-            _pool.on_list_changed = _list_changed
         return _pool
-
-
-def _list_changed(name: str) -> None:
-    """A server said ``notifications/tools/list_changed``: list now and compare with the pins (a
-    differing definition is quarantined). Runs on a thread of its own, off the event loop."""
-    from django.db import connection
-
-    from skald.mcp.models import McpServer
-    from skald.mcp.services import mcp_server_refresh
-
-    try:
-        server = McpServer.objects.filter(name=name, enabled=True).first()
-        if server is not None:
-            mcp_server_refresh(server=server)
-    except Exception:  # a failed refresh is logged; the next call compares the listing again
-        logger.exception("MCP server %s: refresh after tools/list_changed failed", name)
-    finally:
-        connection.close()  # this thread's own
 
 
 def definitions_by_name(listing: Sequence[Definition]) -> dict[str, Definition]:

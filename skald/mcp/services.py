@@ -9,6 +9,7 @@ approves the new definition (:func:`mcp_tool_approve`) or keeps it quarantined
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,12 +23,36 @@ from audit.services import audit_append
 from skald.core import clock
 from skald.core.errors import Conflict
 from skald.mcp import config, tools_cache
-from skald.mcp.client import McpUnavailable, ServerSpec, pool
+from skald.mcp.client import McpPool, McpUnavailable, ServerSpec
+from skald.mcp.client import pool as process_pool
 from skald.mcp.definitions import Definition, valid_tool_name
 from skald.mcp.models import McpServer, McpServerStatus, McpTool, McpToolStatus, McpTransport, McpTrust
 
+logger = logging.getLogger(__name__)
 INHERITED_ENV = frozenset(DEFAULT_INHERITED_ENV_VARS)
 SERVER_INPUT = ("name", "transport", "argv", "url", "secret_env", "secret_headers", "trust", "agents", "enabled")
+
+
+def pool() -> McpPool:
+    """The process's pool, told to list again when a server says its tools changed."""
+    shared = process_pool()
+    shared.on_list_changed = _list_changed
+    return shared
+
+
+def _list_changed(name: str) -> None:
+    """A server said ``notifications/tools/list_changed``: list now and compare with the pins (a
+    differing definition is quarantined). Runs on a thread of its own, off the event loop."""
+    from django.db import connection
+
+    try:
+        server = McpServer.objects.filter(name=name, enabled=True).first()
+        if server is not None:
+            mcp_server_refresh(server=server)
+    except Exception:  # a failed refresh is logged; the next call compares the listing again
+        logger.exception("MCP server %s: refresh after tools/list_changed failed", name)
+    finally:
+        connection.close()  # this thread's own
 
 
 def _view(server: McpServer) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from loop.errors import ToolError
 from loop.ports import Tool, ToolContext
 from loop.tools.hints import RestartHint
 from skald.mcp import metrics, tools_cache
-from skald.mcp.client import CallResult, McpCallError, McpUnavailable, pool
+from skald.mcp.client import CallResult, McpCallError, McpUnavailable
 from skald.mcp.definitions import hints, offered_name
 
 MAX_BLOCKS = 64
@@ -58,7 +58,7 @@ class McpToolProxy:
 
     def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
         from skald.mcp.models import McpServer, McpTool, McpToolStatus
-        from skald.mcp.services import mcp_server_refresh, mcp_server_status_record, server_spec
+        from skald.mcp.services import mcp_server_refresh, mcp_server_status_record, pool, server_spec
 
         row = McpTool.objects.select_related("server").filter(server__name=self.server, name=self.tool).first()
         if row is None or not row.server.enabled:
