@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +19,27 @@ from approvals.rules.seed import default_rules_ensure
 from audit.actors import Actor
 from loop.models import Exchange
 from skald.mcp import tools_cache
+from skald.mcp.client import pool
 from skald.mcp.models import McpServer
 from skald.mcp.services import mcp_server_create
 from skald.models import Agent, AgentKind
 from skald.sessions.services import session_create, session_message_submit
 
 SERVER_SCRIPT = str(Path(__file__).with_name("server_app.py"))
+
+
+@pytest.fixture(autouse=True)
+def forget_offers() -> Iterator[None]:
+    """The offered tools are cached per process for a moment: no test after this one sees this one's."""
+    yield
+    tools_cache.forget()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def close_connections() -> Iterator[None]:
+    """A module's server processes end with it."""
+    yield
+    pool().close_all()
 
 
 @pytest.fixture(scope="module")
