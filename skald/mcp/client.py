@@ -90,6 +90,18 @@ class ServerSpec:
                 tuple(sorted(self.headers.items())), self.cwd)
 
 
+Progress = Callable[[float, float | None, str | None], None]
+
+
+def _progress(report: Progress) -> Any:
+    """The SDK's async progress callback over a sync reporter, run off the event loop."""
+
+    async def forward(progress: float, total: float | None, message: str | None) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, report, progress, total, message)
+
+    return forward
+
+
 @dataclass(frozen=True)
 class CallResult:
     content: list[dict[str, Any]]
@@ -291,7 +303,7 @@ class McpPool:
         return listing, self.started
 
     def call(self, spec: ServerSpec, tool: str, arguments: Mapping[str, Any], *, cancel: CancelToken,
-             timeout: float) -> CallResult:
+             timeout: float, on_progress: Progress | None = None) -> CallResult:
         """Call ``tool``; a stop on ``cancel`` cancels it (``notifications/cancelled``).
 
         Raises:
@@ -301,7 +313,7 @@ class McpPool:
             TimeoutError: the server did not answer within ``timeout``.
         """
         loop = self._ensure_loop()
-        future = asyncio.run_coroutine_threadsafe(self._call(spec, tool, dict(arguments), timeout), loop)
+        future = asyncio.run_coroutine_threadsafe(self._call(spec, tool, dict(arguments), timeout, on_progress), loop)
         def stop() -> None:
             loop.call_soon_threadsafe(future.cancel)
 
@@ -372,7 +384,8 @@ class McpPool:
         connection.listing = tuple(definition_of(t) for t in tools)
         return connection.listing
 
-    async def _call(self, spec: ServerSpec, tool: str, arguments: dict[str, Any], timeout: float) -> CallResult:
+    async def _call(self, spec: ServerSpec, tool: str, arguments: dict[str, Any], timeout: float,
+                    on_progress: Progress | None = None) -> CallResult:
         connection = await self._connection(spec)
         session = connection.session
         if session is None:
@@ -380,7 +393,8 @@ class McpPool:
         connection.inflight += 1
         connection.last_used = time.monotonic()
         try:
-            result = await session.call_tool(tool, arguments, read_timeout_seconds=timeout)
+            result = await session.call_tool(tool, arguments, read_timeout_seconds=timeout,
+                                             progress_callback=_progress(on_progress) if on_progress else None)
         except MCPError as exc:
             if not connection.alive or exc.error.code == mcp_types.CONNECTION_CLOSED:
                 connection.dead = True

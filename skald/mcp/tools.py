@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,7 +85,8 @@ class McpToolProxy:
         timeout = float(context.timeout or settings.SKALD_MCP_CALL_TIMEOUT_SECONDS)
         started = time.monotonic()
         try:
-            result = pool().call(spec, self.tool, arguments, cancel=context.cancel, timeout=timeout)
+            result = pool().call(spec, self.tool, arguments, cancel=context.cancel, timeout=timeout,
+                                 on_progress=self._reporter(context))
         except McpUnavailable as exc:
             mcp_server_status_record(server=server, error=exc.detail)
             raise
@@ -97,6 +98,21 @@ class McpToolProxy:
         if result.is_error:
             raise ToolError(text or "the tool reported an error", code="mcp_tool_error")
         return text
+
+
+    def _reporter(self, context: ToolContext) -> Callable[[float, float | None, str | None], None]:
+        """``notifications/progress`` → a live ``tool.progress`` delta to the session's viewers (the
+        console's status line; never durable)."""
+        from skald.loop_adapters.bus import ChannelsBus
+
+        bus, scope = ChannelsBus(), context.scope
+
+        def report(progress: float, total: float | None, message: str | None) -> None:
+            bus.delta(scope.session_id, {"type": "tool.progress", "exchange": scope.exchange_id,
+                                         "call": context.call_id, "tool": self.name, "progress": progress,
+                                         "total": total, "message": (message or "")[:200]})
+
+        return report
 
 
 def result_text(result: CallResult) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 from mcp_types import ToolAnnotations
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True)
@@ -50,6 +50,12 @@ def build(state: Path, variant: str = "") -> MCPServer:
     @server.tool(description="Returns a secret.", annotations=READ_ONLY)
     def leak() -> str:
         return f"the key is {FAKE_KEY}"
+
+    @server.tool(description="Counts to three, reporting progress.", annotations=READ_ONLY)
+    async def steps(ctx: Context) -> str:
+        for step in (1, 2, 3):
+            await ctx.report_progress(step, 3, f"step {step}")
+        return "counted"
 
     @server.tool(description="Waits until cancelled.", annotations=DESTRUCTIVE)
     async def slow() -> str:

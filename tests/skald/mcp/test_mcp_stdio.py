@@ -55,7 +55,7 @@ def test_it_discovers_pins_and_offers_each_tool_as_mcp_server_tool(stdio_server,
     ask("what can you do?")
 
     tools = {t.name: t for t in McpTool.objects.filter(server=server)}
-    assert set(tools) == {"echo", "delete_thing", "broken", "leak", "slow", "hang", "die"}
+    assert set(tools) == {"echo", "delete_thing", "broken", "leak", "steps", "slow", "hang", "die"}
     assert tools["echo"].annotations == {"readOnlyHint": True, "idempotentHint": True}
     assert len(tools["echo"].digest) == 64 and tools["echo"].status == McpToolStatus.ACTIVE
     assert {"mcp__demo__echo", "mcp__demo__delete_thing", "read_file"} <= offered(provider)
@@ -86,7 +86,7 @@ def test_a_read_only_tool_of_a_trusted_server_runs_without_approval(stdio_server
     metrics = client.get("/metrics").content.decode()
     assert 'skald_mcp_calls_total{server="demo",status="completed"} 1.0' in metrics
     assert 'skald_mcp_call_seconds_count{server="demo"}' in metrics
-    assert 'skald_mcp_tools{server="demo",status="active"} 7.0' in metrics
+    assert 'skald_mcp_tools{server="demo",status="active"} 8.0' in metrics
 
 
 def test_a_read_only_tool_of_an_untrusted_server_needs_approval(stdio_server, ask, script, state):
@@ -323,3 +323,20 @@ def test_a_stdio_server_that_does_not_answer_a_cancellation_is_killed(stdio_serv
 
     assert getattr(outcome["error"], "killed", None) is True
     assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+
+
+def test_progress_notifications_reach_the_sessions_viewers_as_live_deltas(stdio_server, ask, script, monkeypatch):
+    from skald.loop_adapters import bus
+
+    stdio_server()
+    sent: list[dict[str, Any]] = []
+    monkeypatch.setattr(bus.ChannelsBus, "delta", lambda self, session_id, payload: sent.append(dict(payload)))
+    script(tool_turn(("mcp__demo__steps", {})), text_turn("counted"))
+
+    exchange = ask("count")
+
+    assert exchange.outcome == "completed"
+    progress = [p for p in sent if p.get("type") == "tool.progress"]
+    assert [(p["progress"], p["total"], p["message"]) for p in progress] == [
+        (1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "step 3")]
+    assert {p["tool"] for p in progress} == {"mcp__demo__steps"}
