@@ -83,11 +83,12 @@ class ServerSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None
+    address: str = ""  # http: the address the SSRF screen passed; the connection goes there only
 
     @property
     def fingerprint(self) -> tuple[Any, ...]:
         return (self.transport, self.argv, self.url, tuple(sorted(self.env.items())),
-                tuple(sorted(self.headers.items())), self.cwd)
+                tuple(sorted(self.headers.items())), self.cwd, self.address)
 
 
 Progress = Callable[[float, float | None, str | None], None]
@@ -239,8 +240,9 @@ class _Connection:
     def _transport(self) -> Any:
         if self.spec.transport == "stdio":
             return _stdio(self.spec, self.process)
+        transport = _Pinned(httpx2.URL(self.spec.url).host, self.spec.address) if self.spec.address else None
         client = httpx2.AsyncClient(headers=dict(self.spec.headers), trust_env=False, follow_redirects=False,
-                                    timeout=httpx2.Timeout(30.0, read=300.0))
+                                    timeout=httpx2.Timeout(30.0, read=300.0), transport=transport)
         return _http(self.spec.url, client)
 
     async def _message(self, message: Any) -> None:
@@ -253,6 +255,27 @@ class _Connection:
         if self.dead or self.session is None:
             return False
         return self.spec.transport != "stdio" or self.process.alive
+
+
+class _Pinned(httpx2.AsyncBaseTransport):
+    """Every request to ``host`` connects to ``address`` (the one the SSRF screen passed), while
+    ``Host`` and TLS (SNI, the certificate check) keep the real name, as the providers' client does:
+    a DNS answer that changes after the screen is never used."""
+
+    def __init__(self, host: str, address: str) -> None:
+        self._host = host
+        self._address = address
+        self._inner = httpx2.AsyncHTTPTransport(retries=0)
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if request.url.host == self._host and self._host != self._address:
+            request.url = request.url.copy_with(host=self._address)
+            if request.url.scheme == "https":
+                request.extensions = {**request.extensions, "sni_hostname": self._host}
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 @asynccontextmanager

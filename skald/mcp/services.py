@@ -189,8 +189,8 @@ def server_spec(server: McpServer) -> ServerSpec:
         env = {k: v for k, v in hermetic_env().items() if k in INHERITED_ENV}
         env.update(config.read_secrets(server.secret_env))
         return ServerSpec(name=server.name, transport="stdio", argv=tuple(server.argv), env=env, cwd=str(root))
-    config.screen_url(server.url)
-    return ServerSpec(name=server.name, transport="http", url=server.url,
+    screened = config.screen_url(server.url)
+    return ServerSpec(name=server.name, transport="http", url=server.url, address=screened.address,
                       headers=config.read_secrets(server.secret_headers))
 
 

@@ -17,6 +17,7 @@ from approvals.pending.services import pending_approval_resolve
 from audit.actors import Actor
 from loop.models import Exchange, ExchangeStatus, ToolCall
 from loop.providers.loopback import text_turn, tool_turn
+from mcp.server.transport_security import TransportSecuritySettings
 from skald.mcp.client import pool
 from skald.mcp.config import McpConfigError
 from skald.mcp.models import McpServer, McpTool, McpToolStatus
@@ -33,7 +34,10 @@ def http_app(state: Path) -> Iterator[tuple[str, Any]]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app_server.streamable_http_app(), log_level="warning", lifespan="on",
+    # The Host a client sends is the URL's name, also when it is pinned to the screened address.
+    security = TransportSecuritySettings(allowed_hosts=[f"127.0.0.1:{port}", f"mcp.internal.example:{port}"])
+    app = app_server.streamable_http_app(transport_security=security)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
                                                 timeout_graceful_shutdown=1))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -80,6 +84,28 @@ def test_a_destructive_call_over_http_is_gated_then_approved(http_server, ask, s
     assert Exchange.objects.get(pk=exchange.pk).outcome == "completed"
     assert "deleted h1" in ToolCall.objects.get(pk=approval.tool_call_id).result
     assert counter(state, "delete_thing") == before + 1
+
+
+def test_a_host_name_is_connected_to_the_address_the_screen_passed(http_server, http_app, alice, monkeypatch):
+    from skald.mcp import config
+    from skald.mcp.services import server_spec
+
+    class Rebinding:  # the name screened to loopback; asked again it would say somewhere else
+        def __init__(self) -> None:
+            self.answers = [["127.0.0.1"]]
+
+        def resolve(self, host: str, port: int) -> list[str]:
+            return self.answers.pop(0) if self.answers else ["203.0.113.9"]
+
+    monkeypatch.setattr(config, "_resolver", Rebinding())
+    url = http_app[0].replace("127.0.0.1", "mcp.internal.example")
+    server = mcp_server_create(actor=Actor.user(alice), data={"name": "named", "transport": "http", "url": url,
+                                                              "trust": "trusted", "agents": ["*"]})
+    monkeypatch.setattr(config, "_resolver", Rebinding())
+    spec = server_spec(server)
+
+    assert spec.address == "127.0.0.1"
+    assert "echo" in {d.name for d in pool().listing(spec, fresh=True)}  # reached through the pinned address
 
 
 def test_a_new_listing_that_differs_quarantines_the_tool(http_server, http_app):
