@@ -30,6 +30,7 @@ from loop.ports import Tool, ToolContext
 from loop.tools.hints import RestartHint
 from skald.mcp import metrics, tools_cache
 from skald.mcp.client import CallResult, McpCallError, McpUnavailable
+from skald.mcp.config import McpConfigError
 from skald.mcp.definitions import hints, offered_name
 
 MAX_BLOCKS = 64
@@ -74,6 +75,9 @@ class McpToolProxy:
         except McpUnavailable as exc:
             mcp_server_status_record(server=server, error=exc.detail)
             raise
+        except McpConfigError as exc:  # the allowlist shrank, a secret file went, the screen now refuses
+            mcp_server_status_record(server=server, error=exc.message)
+            raise ToolError(f"{self.name}: {exc.message}", code=exc.code) from None
         listed = listing.get(self.tool)
         if listed is None or listed.digest != row.digest:
             mcp_server_refresh(server=server, listing=tuple(listing.values()))
@@ -92,6 +96,8 @@ class McpToolProxy:
             raise
         except McpCallError as exc:
             raise ToolError(f"{self.name}: the server refused the call: {exc}", code="mcp_error") from None
+        except TimeoutError as exc:
+            raise ToolError(str(exc), code="mcp_timeout") from None
         finally:
             metrics.observe(self.server, time.monotonic() - started)
         text = result_text(result)

@@ -340,3 +340,15 @@ def test_progress_notifications_reach_the_sessions_viewers_as_live_deltas(stdio_
     assert [(p["progress"], p["total"], p["message"]) for p in progress] == [
         (1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "step 3")]
     assert {p["tool"] for p in progress} == {"mcp__demo__steps"}
+
+
+def test_a_program_taken_off_the_allowlist_is_refused_at_call_time(stdio_server, ask, script, settings):
+    stdio_server()
+    settings.SKALD_MCP_STDIO_ALLOWLIST = ()
+    script(tool_turn(("mcp__demo__echo", {"text": "x"})), text_turn("refused"))
+
+    exchange = ask("echo x")
+
+    call = ToolCall.objects.get(exchange=exchange)
+    assert call.is_error and "mcp_program_not_allowed" in call.result
+    assert McpServer.objects.get(name="demo").status == McpServerStatus.FAILING
