@@ -1,8 +1,8 @@
 """MCP over stdio against a real server (tests/skald/mcp/server_app.py): discovery, naming, the gate,
 results, failures, quarantine, recovery and stop, through the product's own entry points.
 
-One server process serves the module (its pooled connection survives the per-test flush); a test
-that kills it or changes its definition gets a fresh one, as a worker would.
+One server process serves the module (its pooled connection survives the per-test flush); the tests
+that kill it or change its definition get a fresh one, as a worker would.
 """
 
 from __future__ import annotations
