@@ -74,7 +74,7 @@ def demo_mcp_ensure() -> str:
 
     from skald.core.errors import SkaldError
     from skald.mcp.models import McpServer
-    from skald.mcp.services import mcp_server_create
+    from skald.mcp.services import mcp_server_create, pool
     from skald.models import Agent, AgentKind
 
     Agent.objects.get_or_create(name=SRE_AGENT, defaults={
@@ -92,6 +92,8 @@ def demo_mcp_ensure() -> str:
             "trust": "trusted", "agents": [SRE_AGENT, "troubleshooter", "log-analyst"], "enabled": True})
     except SkaldError as exc:
         return f"demo MCP server: registered but not enabled ({exc.code}: {exc.message})"
+    finally:
+        pool().close(DEMO_MCP_SERVER)  # the seeding process keeps no server running; workers start their own
     return "demo MCP server: registered and enabled"
 
 

@@ -19,6 +19,7 @@ killed (it was started in a session of its own).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import logging
 import os
@@ -503,6 +504,7 @@ def pool() -> McpPool:
             from django.conf import settings
 
             _pool = McpPool(idle_seconds=settings.SKALD_MCP_IDLE_SECONDS)
+            atexit.register(_pool.close_all)  # a worker that exits stops its stdio servers first
         return _pool
 
 
