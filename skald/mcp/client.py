@@ -27,7 +27,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -320,12 +320,6 @@ class McpPool:
         """
         return self._submit(self._listing(spec, fresh), timeout=CONNECT_TIMEOUT + 5, server=spec.name)
 
-    def connection_listing(self, spec: ServerSpec) -> tuple[tuple[Definition, ...], int]:
-        """The listing the current connection opened with and the pool's open count (a changed
-        count says the connection is new: a new listing to compare with the pins)."""
-        listing = self.listing(spec)
-        return listing, self.started
-
     def call(self, spec: ServerSpec, tool: str, arguments: Mapping[str, Any], *, cancel: CancelToken,
              timeout: float, on_progress: Progress | None = None) -> CallResult:
         """Call ``tool``; a stop on ``cancel`` cancels it (``notifications/cancelled``).
@@ -506,7 +500,3 @@ def pool() -> McpPool:
             _pool = McpPool(idle_seconds=settings.SKALD_MCP_IDLE_SECONDS)
             atexit.register(_pool.close_all)  # a worker that exits stops its stdio servers first
         return _pool
-
-
-def definitions_by_name(listing: Sequence[Definition]) -> dict[str, Definition]:
-    return {d.name: d for d in listing}

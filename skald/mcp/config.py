@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,7 +138,3 @@ def check_agents(agents: Any) -> list[str]:
         raise McpConfigError('agents must be a list of agent names, or ["*"]', code="mcp_agents_invalid",
                              field="agents")
     return list(dict.fromkeys(agents))
-
-
-def names(items: Sequence[str]) -> str:
-    return ", ".join(items)
