@@ -162,63 +162,6 @@ def test_a_credential_in_a_result_never_reaches_the_provider(stdio_server, ask, 
     assert all(FAKE_KEY not in (m.content or "") for request in provider.calls for m in request.messages)
 
 
-def test_a_server_killed_mid_call_is_a_typed_infrastructure_failure(stdio_server, ask, script, state):
-    stdio_server()
-    allow("mcp__demo__die")
-    script(tool_turn(("mcp__demo__die", {})), text_turn("never"))
-
-    try:
-        ask("die")
-    except Exception as exc:
-        assert getattr(exc, "code", "") == "tool_infrastructure_error"
-
-    exchange = Exchange.objects.get()
-    assert (exchange.status, exchange.error_code) == (ExchangeStatus.BROKEN, "tool_infrastructure_error")
-    assert ToolCall.objects.get(exchange=exchange).status == ToolCallStatus.RUNNING  # never a silent result
-    server = McpServer.objects.get(name="demo")
-    assert server.status == McpServerStatus.FAILING and server.last_error
-    # the next call starts a new server process
-    provider = script(tool_turn(("mcp__demo__echo", {"text": "back"})), text_turn("back"))
-    assert ask("again").outcome == "completed"
-    assert "echo: back" in tool_message(provider, 1)
-    assert McpServer.objects.get(name="demo").status == McpServerStatus.CONNECTED
-
-
-def test_a_changed_definition_is_quarantined_not_offered_then_approved_with_a_diff(
-        stdio_server, ask, script, secret_files, alice):
-    server = stdio_server()
-    pinned = McpTool.objects.get(server=server, name="echo").digest
-    secret_files["MCP_TEST_VARIANT"].write_text("Also sends your files somewhere.")  # the rug pull
-    provider = script(tool_turn(("mcp__demo__echo", {"text": "x"})), text_turn("refused"))
-
-    exchange = ask("echo x")  # the new server process lists a different definition
-
-    tool = McpTool.objects.get(server=server, name="echo")
-    assert tool.status == McpToolStatus.QUARANTINED and tool.digest == pinned
-    assert "Also sends your files somewhere." in tool.pending["description"]
-    call = ToolCall.objects.get(exchange=exchange)
-    assert call.is_error and "mcp_tool_quarantined" in call.result
-    assert AuditEvent.objects.filter(kind=AuditKind.MCP_TOOL_QUARANTINED).exists()
-
-    later = script(text_turn("hello"))
-    ask("what now?")
-    assert "mcp__demo__echo" not in offered(later) and "mcp__demo__delete_thing" in offered(later)
-
-    diff = definition_diff({"description": McpTool.objects.get(pk=tool.pk).description}, tool.pending)
-    assert "+  \"description\": \"Echo a text back. Also sends your files somewhere.\"" in diff
-    from audit.actors import Actor
-
-    mcp_tool_approve(actor=Actor.user(alice), tool=tool, digest=tool.pending_digest)
-    tool.refresh_from_db()
-    assert (tool.status, tool.digest) == (McpToolStatus.ACTIVE, tool.digest)
-    assert tool.digest != pinned
-    assert AuditEvent.objects.filter(kind=AuditKind.MCP_DEFINITION_APPROVED).exists()
-    again = script(text_turn("hello"))
-    ask("and now?")
-    assert "mcp__demo__echo" in offered(again)
-    del provider
-
-
 def test_a_vanished_tool_is_gone_and_a_call_to_it_is_refused(stdio_server, ask, script):
     server = stdio_server()
     listing = [d for d in pool().listing(_spec(server)) if d.name != "delete_thing"]
@@ -300,31 +243,6 @@ def test_a_stop_during_a_slow_call_cancels_it_on_the_server(stdio_server, ask, s
     assert counter(state, "slow_cancelled") == cancelled_before + 1  # the server's handler was cancelled
 
 
-def test_a_stdio_server_that_does_not_answer_a_cancellation_is_killed(stdio_server, state):
-    from loop.cancellation import CancelToken
-
-    server = stdio_server()
-    spec = _spec(server)
-    (state / "hang.pid").unlink(missing_ok=True)
-    token = CancelToken()
-    outcome: dict[str, Any] = {}
-
-    def call() -> None:
-        try:
-            pool().call(spec, "hang", {}, cancel=token, timeout=60)
-        except Exception as exc:
-            outcome["error"] = exc
-
-    caller = threading.Thread(target=call)
-    caller.start()
-    pid = int(wait_for_file(state / "hang.pid"))
-    token.cancel("stop requested")
-    caller.join(30)
-
-    assert getattr(outcome["error"], "killed", None) is True
-    assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
-
-
 def test_progress_notifications_reach_the_sessions_viewers_as_live_deltas(stdio_server, ask, script, monkeypatch):
     from skald.loop_adapters import bus
 
@@ -352,3 +270,85 @@ def test_a_program_taken_off_the_allowlist_is_refused_at_call_time(stdio_server,
     call = ToolCall.objects.get(exchange=exchange)
     assert call.is_error and "mcp_program_not_allowed" in call.result
     assert McpServer.objects.get(name="demo").status == McpServerStatus.FAILING
+
+
+def test_a_server_killed_mid_call_is_a_typed_infrastructure_failure(stdio_server, ask, script, state):
+    stdio_server()
+    allow("mcp__demo__die")
+    script(tool_turn(("mcp__demo__die", {})), text_turn("never"))
+
+    try:
+        ask("die")
+    except Exception as exc:
+        assert getattr(exc, "code", "") == "tool_infrastructure_error"
+
+    exchange = Exchange.objects.get()
+    assert (exchange.status, exchange.error_code) == (ExchangeStatus.BROKEN, "tool_infrastructure_error")
+    assert ToolCall.objects.get(exchange=exchange).status == ToolCallStatus.RUNNING  # never a silent result
+    server = McpServer.objects.get(name="demo")
+    assert server.status == McpServerStatus.FAILING and server.last_error
+    # the next call starts a new server process
+    provider = script(tool_turn(("mcp__demo__echo", {"text": "back"})), text_turn("back"))
+    assert ask("again").outcome == "completed"
+    assert "echo: back" in tool_message(provider, 1)
+    assert McpServer.objects.get(name="demo").status == McpServerStatus.CONNECTED
+
+
+def test_a_stdio_server_that_does_not_answer_a_cancellation_is_killed(stdio_server, state):
+    from loop.cancellation import CancelToken
+
+    server = stdio_server()
+    spec = _spec(server)
+    (state / "hang.pid").unlink(missing_ok=True)
+    token = CancelToken()
+    outcome: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            pool().call(spec, "hang", {}, cancel=token, timeout=60)
+        except Exception as exc:
+            outcome["error"] = exc
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    pid = int(wait_for_file(state / "hang.pid"))
+    token.cancel("stop requested")
+    caller.join(30)
+
+    assert getattr(outcome["error"], "killed", None) is True
+    assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+
+
+def test_a_changed_definition_is_quarantined_not_offered_then_approved_with_a_diff(
+        stdio_server, ask, script, secret_files, alice):
+    server = stdio_server()
+    pinned = McpTool.objects.get(server=server, name="echo").digest
+    secret_files["MCP_TEST_VARIANT"].write_text("Also sends your files somewhere.")  # the rug pull
+    provider = script(tool_turn(("mcp__demo__echo", {"text": "x"})), text_turn("refused"))
+
+    exchange = ask("echo x")  # the new server process lists a different definition
+
+    tool = McpTool.objects.get(server=server, name="echo")
+    assert tool.status == McpToolStatus.QUARANTINED and tool.digest == pinned
+    assert "Also sends your files somewhere." in tool.pending["description"]
+    call = ToolCall.objects.get(exchange=exchange)
+    assert call.is_error and "mcp_tool_quarantined" in call.result
+    assert AuditEvent.objects.filter(kind=AuditKind.MCP_TOOL_QUARANTINED).exists()
+
+    later = script(text_turn("hello"))
+    ask("what now?")
+    assert "mcp__demo__echo" not in offered(later) and "mcp__demo__delete_thing" in offered(later)
+
+    diff = definition_diff({"description": McpTool.objects.get(pk=tool.pk).description}, tool.pending)
+    assert "+  \"description\": \"Echo a text back. Also sends your files somewhere.\"" in diff
+    from audit.actors import Actor
+
+    mcp_tool_approve(actor=Actor.user(alice), tool=tool, digest=tool.pending_digest)
+    tool.refresh_from_db()
+    assert (tool.status, tool.digest) == (McpToolStatus.ACTIVE, tool.digest)
+    assert tool.digest != pinned
+    assert AuditEvent.objects.filter(kind=AuditKind.MCP_DEFINITION_APPROVED).exists()
+    again = script(text_turn("hello"))
+    ask("and now?")
+    assert "mcp__demo__echo" in offered(again)
+    del provider
