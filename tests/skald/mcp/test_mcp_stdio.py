@@ -48,7 +48,7 @@ def tool_message(provider: Any, turn: int) -> str:
     return provider.calls[turn].messages[-1].content
 
 
-def test_it_discovers_pins_and_offers_each_tool_as_mcp_server_tool(stdio_server, ask, script):
+def test_it_discovers_pins_and_offers_each_tool_as_mcp_server_tool(stdio_server, ask, script, api, carol):
     server = stdio_server()
     provider = script(text_turn("hello"))
 
@@ -63,6 +63,8 @@ def test_it_discovers_pins_and_offers_each_tool_as_mcp_server_tool(stdio_server,
     assert (known.category, known.server) == (ToolCategory.MCP, "demo")
     assert known.annotations["readOnlyHint"] is True and "text" in known.input_schema["properties"]
     assert AuditEvent.objects.filter(kind=AuditKind.MCP_TOOLS_PINNED, subject_id="demo").exists()
+    gateable = {t["name"]: t["category"] for t in api(carol).get("/api/approval/tools").json()}
+    assert gateable["mcp__demo__echo"] == "mcp" and gateable["read_file"] == "registry"
     assert McpServer.objects.get(pk=server.pk).status == McpServerStatus.CONNECTED
 
 
