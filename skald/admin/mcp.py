@@ -109,7 +109,8 @@ class McpServerAdmin(_SuperusersOnly, admin.ModelAdmin):
             mcp_server_delete(actor=Actor.user(request.user), server=server)
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
-        pass  # the tools are the services' (read-only here)
+        for formset in formsets:  # the tools are the services' (read-only here): nothing is saved
+            formset.new_objects, formset.changed_objects, formset.deleted_objects = [], [], []
 
     @admin.action(description="List the tools now (a differing definition is quarantined)")
     def refresh_listing(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:

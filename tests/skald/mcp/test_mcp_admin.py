@@ -66,3 +66,28 @@ def test_keeping_a_tool_quarantined_is_audited_and_changes_nothing(root_client, 
 def test_an_operator_who_is_not_an_admin_sees_no_mcp_pages(client, quarantined):
     client.force_login(make_user("op", "operator"))
     assert client.get("/admin/skald/mcptool/").status_code in (302, 403)
+
+
+def test_an_admin_adds_a_server_through_the_form_and_a_refused_one_names_its_field(root_client, settings):
+    settings.SKALD_MCP_ALLOW_CIDRS = ""
+    form = {"name": "meta", "transport": "http", "url": "https://169.254.169.254/", "argv": "[]",
+            "secret_env": "{}", "secret_headers": "{}", "trust": "untrusted", "agents": "[]",
+            "tools-TOTAL_FORMS": "0", "tools-INITIAL_FORMS": "0"}
+    page = root_client.post("/admin/skald/mcpserver/add/", form).content.decode()
+    assert "mcp_ssrf_refused" in page and not McpServer.objects.filter(name="meta").exists()
+
+    form |= {"name": "later", "url": "https://mcp.example.org/mcp"}
+    from skald.mcp import config
+
+    class Public:
+        def resolve(self, host: str, port: int) -> list[str]:
+            return ["93.184.215.14"]
+
+    settings_resolver = config._resolver
+    config.set_resolver(Public())
+    try:
+        response = root_client.post("/admin/skald/mcpserver/add/", form)
+    finally:
+        config.set_resolver(settings_resolver)
+    assert response.status_code == 302, response.context["adminform"].form.errors if response.context else ""
+    assert McpServer.objects.get(name="later").enabled is False
