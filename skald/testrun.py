@@ -10,8 +10,10 @@ docs/testing.md has the phases, the markers and the measured figures.
 
 from __future__ import annotations
 
+import atexit
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -123,6 +125,50 @@ def _byte_compile() -> None:
     _timings.append(("byte-compile the sources", time.monotonic() - started, None))
 
 
+def _sqlite_template() -> dict[str, str]:
+    """Migrate one SQLite file for the whole run (``SKALD_TEST_SQLITE_TEMPLATE``): every xdist worker's
+    test database and every real stack starts from a copy instead of running ~60 migrations (5.4 s
+    of CPU each, measured here). Removed when the run ends."""
+    started = time.monotonic()
+    home = Path(tempfile.mkdtemp(prefix="skald-test-template-"))
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    done = subprocess.run([sys.executable, "manage.py", "migrate", "--verbosity", "0"], cwd=BASE_DIR,
+                          env=hermetic_env(SKALD_VAR_DIR=str(home)), capture_output=True, text=True, check=False)
+    _timings.append(("migrate the SQLite template once", time.monotonic() - started, None))
+    if done.returncode != 0:  # each worker then migrates its own, and says why
+        print(f"Migrating the SQLite template failed; each worker migrates its own:\n{done.stderr[-2000:]}",
+              flush=True)
+        return {}
+    return {"SKALD_TEST_SQLITE_TEMPLATE": str(home / "skald.sqlite3")}
+
+
+def _postgres_admin(url: str, *statements: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url.replace("postgres://", "postgresql://", 1), dbname="postgres", autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)  # type: ignore[arg-type]
+
+
+def _postgres_template(url: str) -> dict[str, str]:
+    """The same for PostgreSQL (``SKALD_TEST_PG_TEMPLATE``): one migrated database on the server, which
+    each worker's test database is created from (``CREATE DATABASE … TEMPLATE``); dropped at exit."""
+    started = time.monotonic()
+    name = f"skald_test_template_{os.getpid()}"
+    drop = f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'
+    _postgres_admin(url, drop, f'CREATE DATABASE "{name}"')
+    atexit.register(_postgres_admin, url, drop)
+    done = subprocess.run([sys.executable, "manage.py", "migrate", "--verbosity", "0"], cwd=BASE_DIR,
+                          env=hermetic_env(DATABASE_URL=f"{url.rpartition('/')[0]}/{name}", SKALD_DB_POOL="0"),
+                          capture_output=True, text=True, check=False)
+    _timings.append(("migrate the PostgreSQL template once", time.monotonic() - started, None))
+    if done.returncode != 0:
+        print(f"Migrating the PostgreSQL template failed; each worker migrates its own:\n{done.stderr[-2000:]}",
+              flush=True)
+        return {}
+    return {"SKALD_TEST_PG_TEMPLATE": name}
+
+
 def _rewrite_cache_fresh() -> bool:
     """Whether every test module and conftest has a rewritten pyc at least as new as its source."""
     import pytest
@@ -155,8 +201,10 @@ def _warm_rewrite_cache() -> None:
 def quick(extra_args: list[str]) -> int:
     _byte_compile()
     _warm_rewrite_cache()
+    template = _sqlite_template()
     phase = _start("make quick: SQLite, no e2e, browser or slow tests", [sys.executable, "-m", "pytest", *QUICK,
-                                                                        *extra_args], hermetic_env(), live=True)
+                                                                        *extra_args], hermetic_env(**template),
+                   live=True)
     code = _finish(phase)
     _print_timings()
     return code
@@ -173,6 +221,7 @@ def main() -> int:
     pytest = [sys.executable, "-m", "pytest", *DURATIONS]
     _byte_compile()
     _warm_rewrite_cache()
+    template = _sqlite_template()
 
     # PostgreSQL's pass first: its crash campaign is the longest chain of waits.
     if database_url.startswith(("postgres://", "postgresql://")):
@@ -181,9 +230,10 @@ def main() -> int:
             print(f"PostgreSQL at DATABASE_URL is not reachable: {problem}", flush=True)
             failures.append("PostgreSQL unreachable")
         else:
+            pg_template = _postgres_template(database_url)
             background.append(_start("database-sensitive tests on PostgreSQL",
                                      [*pytest, *_workers("SKALD_PG_WORKERS", "2"), "-m", "db_sensitive",
-                                      *extra_args], hermetic_env(DATABASE_URL=database_url)))
+                                      *extra_args], hermetic_env(DATABASE_URL=database_url, **pg_template)))
     elif ci:
         print("CI=true but DATABASE_URL does not point to PostgreSQL: refusing to skip.", flush=True)
         failures.append("PostgreSQL missing in CI")
@@ -193,14 +243,15 @@ def main() -> int:
     # Each browser module is an xdist_group: its journeys share one stack and run in order on one
     # worker, and two workers take the modules between them.
     background.append(_start("browser tests (headless Chromium)", [*pytest, *_workers("SKALD_BROWSER_WORKERS", "2"),
-                                                                   "-m", "browser", *extra_args], hermetic_env()))
+                                                                   "-m", "browser", *extra_args],
+                             hermetic_env(**template)))
     background.append(_start("ruff", [str(BIN / "ruff"), "check", "--quiet", "."], hermetic_env()))
     background.append(_start("import contracts", [str(BIN / "lint-imports"), "--no-cache"], hermetic_env()))
     background.append(_start("mypy", [str(BIN / "mypy"), "loop", "skald", "approvals", "proposals", "audit"],
                              hermetic_env()))
 
     sqlite = _start("pytest on SQLite", [*pytest, *_workers("SKALD_SQLITE_WORKERS", "3"), "-m", "not browser",
-                                         *extra_args], hermetic_env(), live=True)
+                                         *extra_args], hermetic_env(**template), live=True)
     if _finish(sqlite) != 0:
         failures.append("pytest on SQLite")
     for phase in background:

@@ -97,6 +97,71 @@ def script() -> Iterator[Callable[..., LoopbackProvider]]:
     set_provider_factory(None)
 
 
+@pytest.fixture(scope="session")
+def django_db_keepdb(request: pytest.FixtureRequest, django_db_modify_db_settings: None) -> bool:
+    """On SQLite, a worker's test database starts as a copy of the run's migrated template
+    (``SKALD_TEST_SQLITE_TEMPLATE``, made once by ``skald/testrun.py``), which Django then keeps:
+    its migrate finds nothing to apply. The copy is removed when the session ends."""
+    import os
+    import shutil
+
+    from django.conf import settings
+
+    if request.config.getvalue("reuse_db"):
+        return True
+    database = settings.DATABASES["default"]
+    if database["ENGINE"] == "django.db.backends.postgresql":
+        return _postgres_from_template(request, database)
+    template = os.environ.get("SKALD_TEST_SQLITE_TEMPLATE", "")
+    if not template or not Path(template).is_file() or database["ENGINE"] != "django.db.backends.sqlite3":
+        return False
+    name = Path(database["TEST"]["NAME"])  # with the xdist worker's suffix (django_db_modify_db_settings)
+    shutil.copyfile(template, name)
+
+    def remove() -> None:
+        from django.db import connections
+
+        connections.close_all()  # SQLite folds its WAL back and removes it as the last connection closes
+        for path in (name, name.with_name(f"{name.name}-wal"), name.with_name(f"{name.name}-shm")):
+            path.unlink(missing_ok=True)
+
+    request.addfinalizer(remove)
+    return True
+
+
+def _postgres_from_template(request: pytest.FixtureRequest, database: dict[str, Any]) -> bool:
+    """PostgreSQL's way: the worker's test database is created from the run's migrated template
+    database (``SKALD_TEST_PG_TEMPLATE``) and dropped when the session ends."""
+    import os
+
+    import psycopg
+
+    template = os.environ.get("SKALD_TEST_PG_TEMPLATE", "")
+    if not template:
+        return False
+    name = database["TEST"].get("NAME") or f"test_{database['NAME']}"  # with the xdist suffix
+    server = {"host": database.get("HOST") or None, "port": database.get("PORT") or None,
+              "user": database.get("USER") or None, "password": database.get("PASSWORD") or None}
+
+    def admin(*statements: str) -> None:
+        with psycopg.connect(dbname="postgres", autocommit=True,
+                             **{k: v for k, v in server.items() if v is not None}) as conn:
+            for statement in statements:
+                conn.execute(statement)  # type: ignore[arg-type]
+
+    drop = f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'
+    admin(drop, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+
+    def remove() -> None:
+        from django.db import connections
+
+        connections.close_all()
+        admin(drop)
+
+    request.addfinalizer(remove)
+    return True
+
+
 def pytest_configure(config: pytest.Config) -> None:
     from django.conf import settings
 

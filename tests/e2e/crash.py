@@ -115,9 +115,14 @@ def pg_admin(url: str, *statements: str) -> None:
 @contextmanager
 def database(kind: str, server_url: str = "") -> Iterator[Database]:
     """A migrated template for the runs, removed afterwards (SQLite: the process's one migrated
-    file, which the real stacks start from too)."""
+    file, which the real stacks start from too; PostgreSQL: the test run's template database when
+    there is one, which is left as it was)."""
     if kind == "sqlite":
         yield Database("sqlite", str(migrated_sqlite()))
+        return
+    shared = os.environ.get("SKALD_TEST_PG_TEMPLATE", "")  # the test run's (skald/testrun.py): same server
+    if shared:
+        yield Database("postgresql", shared, server_url)
         return
     with tempfile.TemporaryDirectory(prefix="skald-crash-tpl-") as tmp:
         workdir = Path(tmp)

@@ -180,8 +180,12 @@ Launch = Callable[..., "Stack"]  # the ``launch_stack`` fixture's type
 
 @functools.cache
 def migrated_sqlite() -> Path:
-    """A SQLite file with every migration applied, made once per process (``manage.py migrate``
-    into a throw-away var dir) and removed at exit."""
+    """A SQLite file with every migration applied: the run's template (``SKALD_TEST_SQLITE_TEMPLATE``,
+    ``skald/testrun.py``), else one made once per process (``manage.py migrate`` into a throw-away
+    var dir) and removed at exit. Callers copy it; nobody writes it."""
+    shared = os.environ.get("SKALD_TEST_SQLITE_TEMPLATE", "")
+    if shared and Path(shared).is_file():
+        return Path(shared)
     home = Path(tempfile.mkdtemp(prefix="skald-migrated-"))
     atexit.register(shutil.rmtree, home, ignore_errors=True)
     done = subprocess.run([sys.executable, "manage.py", "migrate", "--verbosity", "0"], cwd=BASE_DIR,
