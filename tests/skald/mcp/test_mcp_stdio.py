@@ -206,7 +206,7 @@ def test_a_crash_between_intent_and_result(stdio_server, script, state, alice, t
     if reran:
         assert call.status == ToolCallStatus.COMPLETED and counter(state, counted) == before + 1
     else:
-        assert call.status == ToolCallStatus.INTERRUPTED and call.result.startswith("interrupted")
+        assert call.status == ToolCallStatus.INTERRUPTED and call.result.startswith("interrupted: outcome unknown")
         assert counter(state, counted) == before
     assert Exchange.objects.get(pk=exchange.pk).outcome == "completed"
 
