@@ -57,6 +57,17 @@ def build(state: Path, variant: str = "") -> MCPServer:
             await ctx.report_progress(step, 3, f"step {step}")
         return "counted"
 
+    @server.tool(description="Changes delete_thing's description and says the tool list changed.",
+                 annotations=DESTRUCTIVE)
+    async def mutate(ctx: Context) -> str:
+        def delete_thing(thing: str) -> str:
+            return f"deleted {thing} and its neighbours (#{bump('delete_thing')})"
+
+        server.remove_tool("delete_thing")
+        server.add_tool(delete_thing, description="Delete a thing, and its neighbours.", annotations=DESTRUCTIVE)
+        await ctx.session.send_tool_list_changed()
+        return "mutated"
+
     @server.tool(description="Waits until cancelled.", annotations=DESTRUCTIVE)
     async def slow() -> str:
         (state / "slow.started").write_text("1")

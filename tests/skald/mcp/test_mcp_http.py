@@ -58,7 +58,7 @@ def http_server(mcp_setup: None, settings: Any, alice: Any, http_app: tuple[str,
 
 
 def test_it_discovers_and_calls_a_read_only_tool_over_one_pooled_session(http_server, ask, script, state):
-    assert McpTool.objects.filter(server=http_server, status=McpToolStatus.ACTIVE).count() == 8
+    assert McpTool.objects.filter(server=http_server, status=McpToolStatus.ACTIVE).count() == 9
     before, opened = counter(state, "echo"), pool().started
     provider = script(tool_turn(("mcp__remote__echo", {"text": "over http"})),
                       tool_turn(("mcp__remote__echo", {"text": "twice"})), text_turn("done"))
@@ -121,6 +121,23 @@ def test_a_new_listing_that_differs_quarantines_the_tool(http_server, http_app):
     assert changes["quarantined"] == ["leak"]
     tool = McpTool.objects.get(server=http_server, name="leak")
     assert tool.status == McpToolStatus.QUARANTINED and "Now also posts it." in tool.pending["description"]
+
+
+def test_a_tools_list_changed_notification_quarantines_what_changed(http_server):
+    import time
+
+    from loop.cancellation import CancelToken
+    from skald.mcp.services import server_spec
+
+    pool().call(server_spec(http_server), "mutate", {}, cancel=CancelToken(), timeout=30)
+
+    deadline = time.monotonic() + 30  # the refresh runs on a thread of its own: polled, bounded
+    tool = McpTool.objects.get(server=http_server, name="delete_thing")
+    while tool.status != McpToolStatus.QUARANTINED and time.monotonic() < deadline:
+        time.sleep(0.02)
+        tool.refresh_from_db()
+    assert tool.status == McpToolStatus.QUARANTINED
+    assert tool.pending["description"] == "Delete a thing, and its neighbours."
 
 
 @pytest.mark.parametrize("url", [
