@@ -358,7 +358,10 @@ def main() -> int:
         alive = maintenance.poll() is None
         _stop([child for child in children if child is not maintenance])
         _stop([maintenance])
-        if not alive or maintenance.returncode != 0:
+        # Another child records the head only when the maintenance child never tried: it had died
+        # before the stop, or was killed in it. One that tried and failed (the database is gone)
+        # said why; a second try would only wait for the same database again.
+        if not alive or maintenance.returncode < 0:
             _record_chain_head()
     print("Skald stopped.", flush=True)
     return 1 if crashed else 0

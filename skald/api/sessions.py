@@ -14,7 +14,7 @@ from loop.models import Exchange, Session, SessionEvent
 from skald.core.api.errors_schema import error_responses
 from skald.core.api.permissions import caller, roles
 from skald.core.api.schema import MAX_ID
-from skald.core.api.strict_input import NON_BLANK_TEXT, StrictInput
+from skald.core.api.strict_input import NON_BLANK_TEXT_BOUNDED, StrictInput
 from skald.core.errors import Forbidden, SkaldError
 from skald.sessions import selectors, services
 from skald.sessions.access import SESSION_ROLES, SessionAction, may_create_session, session_for, sessions_readable_by
@@ -75,7 +75,7 @@ class NothingToStopSerializer(serializers.Serializer):
     stopped = serializers.IntegerField(allow_null=True, help_text="Always null: no exchange was running.")
 
 
-@extend_schema_field({"type": "string", "maxLength": 65536, "pattern": NON_BLANK_TEXT})
+@extend_schema_field({"type": "string", "maxLength": 65536, "pattern": NON_BLANK_TEXT_BOUNDED})
 class MessageContentField(serializers.CharField):
     """The schema says what the service refuses (blank content): at least one non-space character.
 

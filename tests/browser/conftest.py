@@ -75,16 +75,29 @@ def chromium_options(profile: Path, *extra_flags: str) -> webdriver.ChromeOption
     return options
 
 
-@pytest.fixture
-def chromium(tmp_path: Path) -> Iterator[webdriver.Chrome]:
-    options = chromium_options(tmp_path / "chromium-profile")
-    driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
+@pytest.fixture(scope="module")
+def module_chromium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
+    """One Chromium per module (its tests run in order on one worker): a launch costs seconds of CPU."""
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    driver = webdriver.Chrome(options=chromium_options(profile), service=Service(str(CHROMEDRIVER)))
     driver.set_page_load_timeout(30)
     try:
         yield driver
     finally:
         driver.quit()
-        shutil.rmtree(tmp_path / "chromium-profile", ignore_errors=True)
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture
+def chromium(module_chromium: webdriver.Chrome, stack: Stack) -> webdriver.Chrome:
+    """The module's Chromium as a first visit finds it: no cookies, no storage for the stack's origin,
+    a blank page, 1,400 x 900."""
+    driver = module_chromium
+    driver.get("about:blank")
+    driver.execute_cdp_cmd("Network.clearBrowserCookies", {})
+    driver.execute_cdp_cmd("Storage.clearDataForOrigin", {"origin": stack.base_url, "storageTypes": "all"})
+    driver.set_window_size(1400, 900)
+    return driver
 
 
 class Admin:

@@ -41,7 +41,9 @@ def database() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def stack(launch_stack: Launch, database: str) -> Stack:
+def stack(database: str, launch_stack: Launch) -> Stack:
+    # The database first: fixtures end in reverse, so the stack stops (and records its last head)
+    # before its database is dropped.
     # A pool wait of 1 s: a refusing database answers after it, not after the default 5 s.
     return launch_stack({"DATABASE_URL": with_dbname(SERVER, database), "SKALD_DB_POOL_TIMEOUT": "1"})
 

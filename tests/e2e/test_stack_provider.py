@@ -338,24 +338,3 @@ def test_a_partial_provider_profile_refuses_to_boot(launch_stack: Launch) -> Non
     left = [proc for proc in processes()
             if proc.sid == stack.process.pid or f"-p {stack.port} " in f"{proc.cmdline} "]
     assert not left, [proc.cmdline for proc in left]
-
-
-# --- issue 28 §6: tripwires read what the provider reads ---------------------------------------------
-
-
-def test_a_credential_hidden_by_json_escapes_in_tool_arguments_never_reaches_a_later_request(
-        stack: Stack, operator: Api, server: FakeOpenAIServer) -> None:
-    from tests.loop.tripwire_corpus import fakes
-
-    secret = next(f.snippet for f in fakes() if f.kind == "gitlab-pat")
-    escaped = "".join(f"\\u{ord(char):04x}" for char in secret)  # the JSON text never shows the token
-    arguments = '{"path": "' + escaped + '.txt"}'
-    assert secret not in arguments and json.loads(arguments)["path"] == f"{secret}.txt"
-    session = operator.create_session("troubleshooter")
-    server.push(sse(tool_call_chunks([("call_read", "read_file", arguments)])), sse(text_chunks("Done.")))
-    posted = operator.send(session["id"], "Read the notes.", key="e2e-escaped-credential")
-    assert operator.wait_settled(session["id"], posted["id"])["outcome"] == "completed"
-    second = server.requests[1].body
-    assert secret not in json.dumps(second, ensure_ascii=False)
-    call = next(m for m in second["messages"] if m["role"] == "assistant")["tool_calls"][0]
-    assert "tool arguments withheld: it matched credential tripwires (gitlab-pat)" in call["function"]["arguments"]

@@ -22,7 +22,7 @@ from drf_spectacular.utils import PolymorphicProxySerializer
 from rest_framework import serializers
 
 from skald.core.api.errors_schema import add_code, error_response
-from skald.core.api.strict_input import NON_BLANK_TEXT
+from skald.core.api.strict_input import NON_BLANK_TEXT, NON_BLANK_TEXT_BOUNDED
 
 # Route prefix → tag. Longest prefix first; the GDL launch and the human seams act on runs.
 ROUTE_TAGS: tuple[tuple[str, str], ...] = (
@@ -104,7 +104,7 @@ class SkaldAutoSchema(AutoSchema):
                 and not field.allow_blank and mapped.get("type") == "string" and "pattern" not in mapped
                 and "enum" not in mapped and "format" not in mapped
                 and not any(isinstance(v, RegexValidator) for v in field.validators)):
-            mapped["pattern"] = NON_BLANK_TEXT
+            mapped["pattern"] = NON_BLANK_TEXT_BOUNDED if "maxLength" in mapped else NON_BLANK_TEXT
         return mapped
 
     def _resolve_path_parameters(self, variables: list[str]) -> list[dict[str, Any]]:
