@@ -6,18 +6,29 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from selenium.webdriver.common.by import By
 
 from tests.browser.conftest import Admin
+from tests.e2e.stack import Stack, launch
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.xdist_group("mcp-in-the-admin")]
 
 SERVERS = "/admin/skald/mcpserver/"
 TOOLS = "/admin/skald/mcptool/"
 SERVER_SCRIPT = str(Path(__file__).resolve().parents[1] / "skald" / "mcp" / "server_app.py")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """This module's stack admits the test interpreter as a stdio MCP program (the others admit none)."""
+    running = launch(tmp_path_factory.mktemp("var"), {"SKALD_MCP_STDIO_ALLOWLIST": sys.executable})
+    yield running
+    if not running.stopped:
+        running.stop()
 
 
 def choose(admin: Admin, css: str, value: str) -> None:
