@@ -54,6 +54,7 @@ class ToolCategory(models.TextChoices):
     REGISTRY = "registry"
     INTERFACE = "interface"
     DYNAMIC = "dynamic"
+    MCP = "mcp"
 
 
 class KnownTool(models.Model):
@@ -62,6 +63,9 @@ class KnownTool(models.Model):
     name = models.CharField(max_length=128, unique=True)
     category = models.CharField(max_length=16, choices=ToolCategory.choices, default=ToolCategory.DYNAMIC)
     description = models.TextField(blank=True)
+    server = models.CharField(max_length=40, blank=True, help_text="mcp: the server that offers it.")
+    input_schema = models.JSONField(default=dict, blank=True)
+    annotations = models.JSONField(default=dict, blank=True, help_text="mcp: the pinned annotations.")
     first_seen = models.DateTimeField()
     last_seen = models.DateTimeField()
 

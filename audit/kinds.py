@@ -76,6 +76,11 @@ class AuditKind(models.IntegerChoices):
     JOB_CREATED = 540, "skald.job.created"
     JOB_STATE_CHANGED = 541, "skald.job.state_changed"
     JOB_DELIVERED = 542, "skald.job.delivered"
+    MCP_SERVER_CHANGED = 550, "skald.mcp.server_changed"  # created, updated, deleted, enabled, disabled
+    MCP_TOOLS_PINNED = 551, "skald.mcp.tools_pinned"  # an admin enabled a server: its definitions pinned
+    MCP_TOOL_QUARANTINED = 552, "skald.mcp.tool_quarantined"  # a listing differed from the pin (or vanished)
+    MCP_DEFINITION_APPROVED = 553, "skald.mcp.definition_approved"
+    MCP_DEFINITION_KEPT = 554, "skald.mcp.definition_kept"  # an admin kept a tool quarantined
     # 6xx proposals and knowledge
     PROPOSAL_CAPTURED = 600, "proposals.proposal.captured"
     PROPOSAL_ACCEPTED = 601, "proposals.proposal.accepted"

@@ -1,4 +1,4 @@
-"""``make bench``: :mod:`bench.tripwires` and :mod:`bench.policy_preview` in process; then
+"""``make bench``: :mod:`bench.tripwires`, :mod:`bench.policy_preview` and :mod:`bench.mcp_call` in process; then
 :mod:`bench.kernel` on a fresh SQLite file, then on a fresh PostgreSQL database;
 then :mod:`bench.peer`, the same turn through LangGraph checkpointing to the same databases (in
 its own virtualenv, :mod:`bench.peer_runner`);
@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
+from bench import mcp_call as mcp_call_bench
 from bench import policy_preview as policy_preview_bench
 from bench import tripwires as tripwire_bench
 from bench.child_run import run_for_json
@@ -196,6 +197,8 @@ def main() -> int:
     print(tripwire_bench.report(), flush=True)
     print("\n=== Policy impact preview (issue 32, in process, no database) ===", flush=True)
     print(policy_preview_bench.report(), flush=True)
+    print("\n=== MCP call vs a built-in tool (issue 29, in process, no database) ===", flush=True)
+    print(mcp_call_bench.report(), flush=True)
     results: dict[str, Result | str] = {}
     with tempfile.TemporaryDirectory(prefix="skald-bench-") as tmp:
         sqlite_dir = Path(tmp) / "sqlite"

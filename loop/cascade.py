@@ -43,7 +43,9 @@ from loop.steps import RunAgain
 from loop.store import parsed_from_row
 from loop.tools.hints import RestartHint
 
-INTERRUPTED_RESULT = "interrupted: the worker driving this call stopped before it finished; it was not retried"
+# "outcome unknown": the effect may or may not have happened (issue 29 names the ending so).
+INTERRUPTED_RESULT = ("interrupted: outcome unknown: the worker driving this call stopped before it finished; "
+                      "it was not retried")
 REAPED_RESULT = ("interrupted: this delegate ran in a parallel batch that a crash cut off; it was not retried "
                  "(do the work again if it is still needed)")
 UNFINISHED = (ToolCallStatus.PLANNED, ToolCallStatus.RUNNING, ToolCallStatus.APPROVED)

@@ -184,3 +184,22 @@ def check_exec_sandbox(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         "unconfined commands with SKALD_EXEC_UNCONFINED_OK=1 (docs/production.md, 'Sandbox').",
         id="skald.E011",
     )]
+
+
+@register()
+def check_mcp_settings(app_configs: Any = None, **kwargs: Any) -> list[Error | Warning]:
+    """MCP (docs/mcp.md): the CIDRs an http server may be in must parse; an allowlisted stdio program
+    should be an absolute path (a bare name is looked up on each worker's PATH)."""
+    from loop.providers.netguard import parse_allow_cidrs
+
+    problems: list[Error | Warning] = []
+    try:
+        parse_allow_cidrs(settings.SKALD_MCP_ALLOW_CIDRS or "")
+    except ValueError as exc:
+        problems.append(Error(f"SKALD_MCP_ALLOW_CIDRS is invalid: {exc}", id="skald.E020"))
+    relative = [p for p in settings.SKALD_MCP_STDIO_ALLOWLIST if not p.startswith("/")]
+    if relative:
+        problems.append(Warning(f"SKALD_MCP_STDIO_ALLOWLIST names programs by bare name ({', '.join(relative)}): "
+                                "each worker resolves them on its own PATH.",
+                                hint="Name each program by its absolute path.", id="skald.W020"))
+    return problems

@@ -51,6 +51,52 @@ class SeedReport:
     case_id: int
 
 
+DEMO_MCP_SERVER = "demo"
+SRE_AGENT = "sre"
+# The demo's MCP call, allowed and gated: the status read runs (read-only on a trusted server), the
+# restart waits for an approver (destructive: the default rules require approval).
+SRE_PLAYBOOK = [
+    {"tool": "mcp__demo__service_status", "args": {"service": "checkout-api"}},
+    {"tool": "mcp__demo__restart_service", "args": {"service": "checkout-api"}},
+    {"answer": "Checked and restarted checkout-api through the demo MCP server:\n{results}"},
+]
+
+
+def demo_mcp_ensure() -> str:
+    """Register the demo's MCP server (stdio, from the repository) for the demo agents and enable it
+    (its tools are pinned), unless it exists. Outside any transaction: enabling starts the server.
+
+    Returns what happened, for the launcher's log line.
+    """
+    import sys
+
+    from django.conf import settings
+
+    from skald.core.errors import SkaldError
+    from skald.mcp.models import McpServer
+    from skald.mcp.services import mcp_server_create, pool
+    from skald.models import Agent, AgentKind
+
+    Agent.objects.get_or_create(name=SRE_AGENT, defaults={
+        "kind": AgentKind.CHAT, "description": "Checks and restarts services through the demo MCP server",
+        "system_prompt": "You are an SRE. Check a service's status, restart it if it is degraded, and report.",
+        "allowed_tools": ["search_knowledge"], "client": "", "playbook": SRE_PLAYBOOK})
+    if McpServer.objects.filter(name=DEMO_MCP_SERVER).exists():
+        return "demo MCP server: already registered"
+    if sys.executable not in settings.SKALD_MCP_STDIO_ALLOWLIST:
+        return "demo MCP server: skipped (the Python interpreter is not in SKALD_MCP_STDIO_ALLOWLIST)"
+    script = str(settings.BASE_DIR / "demo" / "mcp_server.py")
+    try:
+        mcp_server_create(actor=Actor.system("demo"), data={
+            "name": DEMO_MCP_SERVER, "transport": "stdio", "argv": [sys.executable, script],
+            "trust": "trusted", "agents": [SRE_AGENT, "troubleshooter", "log-analyst"], "enabled": True})
+    except SkaldError as exc:
+        return f"demo MCP server: registered but not enabled ({exc.code}: {exc.message})"
+    finally:
+        pool().close(DEMO_MCP_SERVER)  # the seeding process keeps no server running; workers start their own
+    return "demo MCP server: registered and enabled"
+
+
 def seed_demo(*, password: str | None) -> SeedReport:
     """Create what is missing; change nothing that exists except passwords when one is given."""
     chosen = password or DEFAULT_DEMO_PASSWORD

@@ -278,6 +278,8 @@ def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "skald.settings")
     # The latest signed chain head is exported here unless the operator names another sink.
     os.environ.setdefault("SKALD_CHAIN_HEAD_FILE", str(var_dir_path(BASE_DIR) / "chain_head.json"))
+    # The demo's MCP server runs on this interpreter (docs/mcp.md); an operator's list is kept as is.
+    os.environ.setdefault("SKALD_MCP_STDIO_ALLOWLIST", sys.executable)
     host = os.environ.get("HOST", "127.0.0.1")
     port = os.environ.get("PORT", "8000")
     if not port.isdigit() or not 0 < int(port) < 65536:

@@ -142,9 +142,11 @@ class WorkspaceFile(models.Model):
 
 from skald.identity.models import ProviderGroupMapping, ProviderIdentity, TokenRevocation  # noqa: E402  (app models)
 from skald.jobs.models import JobKind, JobRun, JobStatus, RunEnding, ScheduledJob  # noqa: E402  (app models)
+from skald.mcp.models import McpServer, McpTool  # noqa: E402  (app models)
 
 __all__ = [
-    "Agent", "AgentKind", "Case", "CaseLog", "CaseStatus", "JobKind", "JobRun", "JobStatus", "ProviderGroupMapping",
+    "Agent", "AgentKind", "Case", "CaseLog", "CaseStatus", "JobKind", "JobRun", "JobStatus", "McpServer", "McpTool",
+    "ProviderGroupMapping",
     "ProviderIdentity", "Run", "RunEnding", "RunStatus", "ScheduledJob", "TokenRevocation", "WorkspaceBlob",
     "WorkspaceFile",
 ]

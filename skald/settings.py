@@ -345,6 +345,8 @@ SPECTACULAR_SETTINGS = {
         {"name": "policy", "description": "The governance configuration (admins only): approval rules and "
                                           "security groups with ETag / If-Match, the policy document's plan "
                                           "and apply."},
+        {"name": "mcp", "description": "MCP servers (admins only): registration validated at save, their tools "
+                                       "with pinned definitions and quarantines."},
     ],
     # Several components share field names ("status", "decision") over different choice sets.
     "ENUM_NAME_OVERRIDES": {
@@ -427,6 +429,13 @@ SKALD_EXEC_MEMORY_MB = envint("SKALD_EXEC_MEMORY_MB", 1024, minimum=0)
 SKALD_EXEC_FILE_MB = envint("SKALD_EXEC_FILE_MB", 64, minimum=0)
 SKALD_EXEC_OPEN_FILES = envint("SKALD_EXEC_OPEN_FILES", 256, minimum=0)
 SKALD_EXEC_PROCESSES = envint("SKALD_EXEC_PROCESSES", 64, minimum=0)
+# MCP servers (docs/mcp.md). stdio servers start only programs named here (argv[0], exactly; empty:
+# none); Streamable HTTP servers pass the providers' SSRF screen, with these CIDRs admitted (e.g.
+# 127.0.0.0/8 for a server on the same machine). A pooled session idle this long is closed.
+SKALD_MCP_STDIO_ALLOWLIST = tuple(envlist("SKALD_MCP_STDIO_ALLOWLIST"))
+SKALD_MCP_ALLOW_CIDRS = envstr("SKALD_MCP_ALLOW_CIDRS")
+SKALD_MCP_IDLE_SECONDS = envint("SKALD_MCP_IDLE_SECONDS", 300, minimum=1)
+SKALD_MCP_CALL_TIMEOUT_SECONDS = envint("SKALD_MCP_CALL_TIMEOUT_SECONDS", 60, minimum=1)
 # The provider profile is parsed (and its status computed) by skald.provider_config at first use;
 # a partial profile fails the skald.E001 system check, so `manage.py check` refuses to boot.
 SKALD_PROVIDER_ENV = {k: v for k, v in os.environ.items() if k.startswith("BRAIN_GDL_PROVIDER_")}

@@ -19,6 +19,7 @@ from proposals.services import capture_proposals_on_resolve
 from skald import metrics, workers
 from skald.identity import receivers as identity_receivers
 from skald.loop_adapters.preview import preview_for
+from skald.mcp import metrics as mcp_metrics
 from skald.models import Run
 from skald.plugins import sockets
 from skald.tools.catalog import BUILTIN_TOOLS
@@ -54,6 +55,7 @@ def install() -> None:
     sockets.tools_offered.append(_record_known)
     sockets.tripwire_rules = tripwire_rule_set
     metrics.register_collector(approval_metrics.collect)
+    metrics.register_collector(mcp_metrics.collect)
     identity_receivers.connect()  # sign-in audit and revocation (skald/identity)
     workers.connect()  # task starts recorded for readiness's progress check (skald/workers)
     _installed = True

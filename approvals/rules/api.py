@@ -61,7 +61,7 @@ ToolSerializer = inline_serializer(
     many=True,
     fields={
         "name": serializers.CharField(),
-        "category": serializers.ChoiceField(choices=("registry", "interface", "dynamic")),
+        "category": serializers.ChoiceField(choices=("registry", "interface", "dynamic", "mcp")),
         "description": serializers.CharField(),
     },
 )
@@ -144,8 +144,8 @@ class ToolListView(APIView):
         summary="Every tool that can be gated",
         description=(
             "Registry tools, built-in interface tools and every tool ever offered to a model "
-            "(known tools, category `dynamic`), deduplicated: a name appears once, under the first "
-            "category that knows it (registry, interface, dynamic)."
+            "(known tools, category `dynamic`, or `mcp` for an MCP server's tool), deduplicated: a name "
+            "appears once, under the first category that knows it (registry, interface, then its own)."
         ),
         responses={200: ToolSerializer, **error_responses()},
     )

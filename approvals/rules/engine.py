@@ -13,7 +13,9 @@ Semantics (SPEC A1/A2), fixed:
 5. A rule matches when ``fnmatchcase(tool, tool_pattern)`` and every argument matcher matches:
    the path is split on ``.`` and indexes into mappings (by key) and lists (by decimal index);
    the value found is a string as is, anything else as JSON; it must ``fnmatchcase`` the glob.
-   A missing path means the rule does not match.
+   A missing path means the rule does not match. A path that starts with ``$`` reads the call's
+   *facts* instead of its arguments (``$mcp.trust``, ``$mcp.readOnlyHint``: what Skald knows about
+   the tool, never what the model sent); a call without that fact does not match.
 6. Disabled rules are skipped (and listed as skipped in the trace). An enabled malformed rule
    (unknown action, matchers that are not a mapping of strings to strings, a non-integer
    priority, …) or any exception inside the engine denies the call: the engine fails closed.
@@ -104,17 +106,19 @@ class Decision:
         return self.reason.startswith("engine fault")
 
 
-def check(tool: str, args: Mapping[str, Any], rule_sets: Sequence[RuleSet] | None) -> Decision:
-    """Decide one call. Pure; never raises: any fault is a deny naming the fault."""
+def check(tool: str, args: Mapping[str, Any], rule_sets: Sequence[RuleSet] | None,
+          facts: Mapping[str, Any] | None = None) -> Decision:
+    """Decide one call. Pure; never raises: any fault is a deny naming the fault. ``facts``: what
+    ``$`` matcher paths read (rule 5)."""
     if rule_sets is None:
         return Decision("deny", None, (), "no scope")
     try:
-        return _check(tool, args, rule_sets)
+        return _check(tool, args, rule_sets, facts or {})
     except Exception as exc:  # noqa: BLE001 - fail closed on anything, including our own bugs
         return Decision("deny", None, (), f"engine fault: {type(exc).__name__}: {exc}")
 
 
-def _check(tool: str, args: Mapping[str, Any], rule_sets: Sequence[RuleSet]) -> Decision:
+def _check(tool: str, args: Mapping[str, Any], rule_sets: Sequence[RuleSet], facts: Mapping[str, Any]) -> Decision:
     if not isinstance(tool, str):
         raise TypeError(f"tool name must be a string, got {type(tool).__name__}")
     if not isinstance(args, Mapping):
@@ -126,7 +130,7 @@ def _check(tool: str, args: Mapping[str, Any], rule_sets: Sequence[RuleSet]) -> 
     trace: list[TraceEntry] = []
     best: tuple[RuleSet, RuleView] | None = None
     for rule_set in rule_sets:
-        entries = [_consider(rule_set.name, rule, tool, args) for rule in rule_set.rules]
+        entries = [_consider(rule_set.name, rule, tool, args, facts) for rule in rule_set.rules]
         winner = _set_winner(entries)
         if winner is not None:
             entries[winner] = _chosen(entries[winner])
@@ -163,18 +167,21 @@ def _validate(rule: RuleView) -> None:
             raise MalformedRule(f"rule {rule.id}: argument matchers must map strings to strings")
 
 
-def _consider(set_name: str, rule: RuleView, tool: str, args: Mapping[str, Any]) -> TraceEntry:
+def _consider(set_name: str, rule: RuleView, tool: str, args: Mapping[str, Any], facts: Mapping[str, Any]
+              ) -> TraceEntry:
     if not rule.enabled:
         return TraceEntry(set_name, rule, "skipped", "disabled")
     if not fnmatchcase(tool, rule.tool_pattern):
         return TraceEntry(set_name, rule, "no_match", f"tool {tool!r} does not match {rule.tool_pattern!r}")
     for path, glob in rule.arg_matchers.items():
-        found, value = arg_lookup(args, path)
+        fact = path.startswith("$")
+        found, value = arg_lookup(facts, path[1:]) if fact else arg_lookup(args, path)
         if not found:
-            return TraceEntry(set_name, rule, "no_match", f"argument {path!r} is missing")
+            return TraceEntry(set_name, rule, "no_match", f"{'fact' if fact else 'argument'} {path!r} is missing")
         text = arg_text(value)
         if not fnmatchcase(text, glob):
-            return TraceEntry(set_name, rule, "no_match", f"argument {path!r}={text!r} does not match {glob!r}")
+            return TraceEntry(set_name, rule, "no_match",
+                              f"{'fact' if fact else 'argument'} {path!r}={text!r} does not match {glob!r}")
     return TraceEntry(set_name, rule, "match")
 
 

@@ -14,6 +14,7 @@ from django.db import transaction
 
 from approvals.rules.engine import Decision, check
 from approvals.rules.selectors import rule_sets_for
+from skald.mcp.facts import tool_facts
 
 logger = logging.getLogger(__name__)
 
@@ -32,4 +33,4 @@ def decide(*, tool: str, args: Mapping[str, Any], user_id: int | None, agent: st
     except Exception as exc:
         logger.exception("approval rules could not be loaded; denying %s", tool)
         return Decision("deny", None, (), f"engine fault: rules unavailable: {type(exc).__name__}: {exc}")
-    return check(tool, args, rule_sets)
+    return check(tool, args, rule_sets, tool_facts(tool))

@@ -33,23 +33,40 @@ DEFAULT_RULES: tuple[tuple[str, str, int, str], ...] = (
 )
 
 
+# MCP tools (issue 29, docs/mcp.md): every one needs approval, except a tool annotated read-only on
+# a trusted server. ``$mcp.…`` matchers read what Skald pinned of the tool, never the model's
+# arguments (approvals.rules.engine, rule 5). Migration 0005 keeps a frozen copy.
+MCP_DEFAULT_RULES: tuple[tuple[str, dict[str, str], str, int, str], ...] = (
+    ("mcp__*", {}, RuleAction.REQUIRE.value, DEFAULT_PRIORITY, "default: an MCP tool needs approval"),
+    ("mcp__*", {"$mcp.readOnlyHint": "true", "$mcp.trust": "trusted"}, RuleAction.ALLOW.value, DEFAULT_PRIORITY - 10,
+     "default: a read-only tool of a trusted MCP server"),
+)
+
+
+DEFAULT_RULE_COUNT = len(DEFAULT_RULES) + len(MCP_DEFAULT_RULES)
+
+
 def default_rules_ensure() -> int:
     """Create the default global rules if there are no rules at all; returns how many were made."""
     with transaction.atomic():
         if ApprovalRule.objects.exists():
             return 0
         ApprovalRule.objects.bulk_create(
-            ApprovalRule(tool_pattern=pattern, action=action, priority=priority, note=note)
-            for pattern, action, priority, note in DEFAULT_RULES
+            [*(ApprovalRule(tool_pattern=pattern, action=action, priority=priority, note=note)
+               for pattern, action, priority, note in DEFAULT_RULES),
+             *(ApprovalRule(tool_pattern=pattern, arg_matchers=matchers, action=action, priority=priority, note=note)
+               for pattern, matchers, action, priority, note in MCP_DEFAULT_RULES)]
         )
         audit_append(
             actor=Actor.system("seed"),
             kind=AuditKind.RULE_CHANGED,
             subject_type="approval_rule",
             subject_id="defaults",
-            payload={"seeded": [[pattern, action, priority] for pattern, action, priority, _ in DEFAULT_RULES]},
+            payload={"seeded": [[pattern, action, priority] for pattern, action, priority, _ in DEFAULT_RULES]
+                     + [[pattern, matchers, action, priority] for pattern, matchers, action, priority, _
+                        in MCP_DEFAULT_RULES]},
         )
-    return len(DEFAULT_RULES)
+    return DEFAULT_RULE_COUNT
 
 
 # The demo's own configuration (make run), not a default: an operator's narrow rule that lets the

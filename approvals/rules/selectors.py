@@ -75,7 +75,8 @@ def rule_sets_for(*, user_id: int | None, agent: str | None) -> list[RuleSet]:
 def tools_catalog() -> list[dict[str, Any]]:
     """Registry tools, interface tools and every tool ever offered to a model, deduplicated.
 
-    A name appears once, under the first category that knows it: registry, interface, dynamic.
+    A name appears once, under the first category that knows it: registry, interface, then the
+    category a known tool was recorded with (``dynamic``, or ``mcp`` for an MCP server's tool).
     One query (the known tools).
     """
     catalog: dict[str, dict[str, Any]] = {}
@@ -87,8 +88,9 @@ def tools_catalog() -> list[dict[str, Any]]:
         add(spec.name, ToolCategory.REGISTRY.value, spec.description)
     for name, description in INTERFACE_TOOLS:
         add(name, ToolCategory.INTERFACE.value, description)
-    for name, description in KnownTool.objects.order_by("name").values_list("name", "description"):
-        add(name, ToolCategory.DYNAMIC.value, description)
+    for name, category, description in KnownTool.objects.order_by("name").values_list("name", "category",
+                                                                                      "description"):
+        add(name, category or ToolCategory.DYNAMIC.value, description)
     return list(catalog.values())
 
 

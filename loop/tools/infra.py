@@ -4,6 +4,9 @@ A tool whose database connection dropped or whose pool had no connection to give
 way the model can reason about: the same call would succeed a minute later. Such an exception
 breaks the exchange with :class:`loop.errors.InfrastructureError` (the call stays ``running`` for
 recovery to resolve, SPEC R1) and never becomes a ``tool_result``.
+A tool may also say so itself by raising :class:`ToolInfrastructureFailure`: the remote server
+behind it (an MCP server) could not be reached, died or broke its transport, so no result exists
+(never a silent empty one).
 Everything else a tool raises stays model-visible. Django's ``OperationalError`` (connection lost,
 server shutting down, pool timeout) and ``InterfaceError`` (connection already closed) are
 infrastructure; ``IntegrityError``, ``DataError`` and ``ProgrammingError`` are about the data or
@@ -14,7 +17,12 @@ from __future__ import annotations
 
 from django.db import InterfaceError, OperationalError
 
-INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
+
+class ToolInfrastructureFailure(Exception):
+    """Raised by a tool whose remote infrastructure failed (not the tool's own error)."""
+
+
+INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (OperationalError, InterfaceError, ToolInfrastructureFailure)
 
 
 def is_infrastructure_error(exc: BaseException) -> bool:

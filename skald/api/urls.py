@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.urls import include, path
 
 from approvals.pending import api as api_pending
-from skald.api import cases, sessions, tasks
+from skald.api import cases, mcp, sessions, tasks
 from skald.api.inspect import InspectView
 from skald.api.replay import ReplayVerifyView
 
@@ -14,6 +14,9 @@ urlpatterns = [
     path("audit/", include("audit.urls")),
     path("inspect", InspectView.as_view(), name="inspect"),
     path("policy/", include("approvals.policy_urls")),
+    path("mcp/servers/", mcp.ServerList.as_view(), name="mcp-servers"),
+    path("mcp/servers/<slug:name>/", mcp.ServerDetail.as_view(), name="mcp-server"),
+    path("mcp/servers/<slug:name>/tools/", mcp.ServerTools.as_view(), name="mcp-server-tools"),
     path("proposals/", include("proposals.urls")),
     path("runs/<int:run_id>/replay-verify", ReplayVerifyView.as_view(), name="run-replay-verify"),
     path("sessions/", sessions.SessionListCreate.as_view(), name="sessions"),

@@ -6,12 +6,15 @@ from collections.abc import Sequence
 
 from loop.errors import HarnessError
 from loop.ports import AgentSpec
+from skald.mcp.tools import mcp_tool_names_for
 from skald.models import Agent, AgentKind
 
 
 def _spec(agent: Agent) -> AgentSpec:
+    """An agent's tools: its catalog entry's, and the MCP tools of every enabled server that lists it."""
+    tools = (*(agent.allowed_tools or ()), *mcp_tool_names_for(agent.name))
     return AgentSpec(
-        name=agent.name, kind=agent.kind, system_prompt=agent.system_prompt, tools=tuple(agent.allowed_tools or ()),
+        name=agent.name, kind=agent.kind, system_prompt=agent.system_prompt, tools=tools,
         client=agent.client, strength=agent.strength, description=agent.description, bounds=dict(agent.bounds or {}),
         playbook=tuple(agent.playbook or ()),
         exec_allowlist=None if not agent.exec_allowlist else tuple(str(p) for p in agent.exec_allowlist),

@@ -4,11 +4,14 @@ through the same workspace resolution the file tools use — never the server's 
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from loop.errors import HarnessError, ToolError
 from loop.ports import TurnScope
+from skald.mcp.definitions import split_offered
+from skald.mcp.facts import tool_facts
 from skald.sessions.workspace import read_current
 
 MAX_PREVIEW_LINES = 400
@@ -75,6 +78,16 @@ def exec_preview(tool: str, arguments: Mapping[str, Any], scope: TurnScope) -> s
             f"{limits['processes']} processes{'' if facts['private_count'] else ' (shared by all commands)'}\n")
 
 
+def mcp_preview(tool: str, arguments: Mapping[str, Any], scope: TurnScope) -> str:
+    """An MCP call's card: the server and its trust, the tool, its pinned annotations, the arguments."""
+    facts = tool_facts(tool).get("mcp", {})
+    hints = ", ".join(f"{key}={str(value).lower()}" for key, value in sorted(facts.items())
+                      if key.endswith("Hint")) or "none stated"
+    shown = json.dumps(dict(arguments), ensure_ascii=False, sort_keys=True, indent=2)[:4000]
+    return (f"MCP server: {facts.get('server', '?')} ({facts.get('trust', 'unknown trust')})\n"
+            f"Tool: {tool.split('__', 2)[-1]}\nAnnotations: {hints}\nArguments:\n{shown}\n")
+
+
 def preview_for(tool: str, arguments: Mapping[str, Any], scope: TurnScope) -> str:
     """The approval card's preview: a diff for a write, the child's capabilities for a delegate,
     the confinement for a command."""
@@ -82,4 +95,6 @@ def preview_for(tool: str, arguments: Mapping[str, Any], scope: TurnScope) -> st
         return delegation_preview(tool, arguments, scope)
     if tool == "execute_cmd":
         return exec_preview(tool, arguments, scope)
+    if split_offered(tool) is not None:
+        return mcp_preview(tool, arguments, scope)
     return write_preview(tool, arguments, scope)

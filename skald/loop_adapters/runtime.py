@@ -29,6 +29,7 @@ from skald.loop_adapters.catalog import AgentRowCatalog
 from skald.loop_adapters.discovery import KnownToolRecorder
 from skald.loop_adapters.hooks import audited_hooks
 from skald.loop_adapters.store import kernel_store
+from skald.mcp.tools import mcp_tools
 from skald.models import Run
 from skald.sessions.selectors import session_case
 from skald.sessions.workspace import workspace_for
@@ -157,7 +158,19 @@ def build_env(session: Session, *, exchange_id: int = 0, hooks: LoopHooks | None
         user_id=user_id, agent=agent.name, workspace=workspace_for(session.pk), source=session.source,
         extras=session_extras(session), exec_allowlist=deployment_exec_allowlist(),
     )
-    return _root_env(agent, scope, provider_for(agent), plugins.sockets.tools.subset(agent.tools), hooks)
+    return _root_env(agent, scope, provider_for(agent), available_tools().subset(agent.tools), hooks)
+
+
+def available_tools() -> ToolRegistry:
+    """What every frame's tools are taken from: the built-in tools and each active tool of each
+    enabled MCP server (``mcp__{server}__{tool}``, read from the database). An agent's catalog
+    entry names the MCP tools it gets (:mod:`skald.loop_adapters.catalog`); a child frame takes
+    its parent's, through :func:`loop.delegation.frame_env`, like any tool."""
+    dynamic = mcp_tools()
+    if not dynamic:
+        return plugins.sockets.tools
+    builtin = plugins.sockets.tools
+    return ToolRegistry([*(tool for name in builtin.names() if (tool := builtin.get(name)) is not None), *dynamic])
 
 
 JOB_SOURCES = ("task", "cron")  # the sources skald.jobs gives the conversations it creates
@@ -188,7 +201,7 @@ def _job_env(session: Session, job: ScheduledJob, *, exchange_id: int, hooks: Lo
         exec_allowlist=deployment_exec_allowlist(),
     )
     provider = provider_for(agent, str(job.selection.get("client") or job.client or ""))
-    owner_root = _root_env(agent, scope, provider, plugins.sockets.tools, hooks)
+    owner_root = _root_env(agent, scope, provider, available_tools(), hooks)
     bounds = deployment_bounds().override(agent.bounds)
     if job.budget_tokens is not None:  # an async task spends what it reserved from its root at spawn
         bounds = bounds.override({"budget_tokens": job.budget_tokens})

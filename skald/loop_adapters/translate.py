@@ -47,6 +47,11 @@ def translate_event(event: SessionEvent) -> dict[str, Any]:
     }
 
 
+LIVE_TYPES = frozenset({"tool.progress"})  # live deltas other than the reply's text (an MCP call's progress)
+
+
 def translate_delta(payload: Mapping[str, Any]) -> dict[str, Any]:
-    """A live turn delta from the bus → ``turn.delta`` (never durable, so it carries no ``seq``)."""
-    return {"type": "turn.delta", **{k: v for k, v in payload.items() if k != "type"}}
+    """A live delta from the bus → ``turn.delta`` (or one of :data:`LIVE_TYPES`); never durable,
+    so it carries no ``seq``."""
+    kind = payload.get("type")
+    return {"type": kind if kind in LIVE_TYPES else "turn.delta", **{k: v for k, v in payload.items() if k != "type"}}

@@ -237,6 +237,12 @@
       live.scrollTop = live.scrollHeight;
       return;
     }
+    if (event.type === "tool.progress") {  // an MCP call's notifications/progress: the status line only
+      if (ended.has(event.exchange)) return;
+      const of = event.total ? ` of ${event.total}` : "";
+      say(`${event.tool}: ${event.progress}${of}${event.message ? ` — ${event.message}` : ""}`);
+      return;
+    }
     if (event.type === "approval.accepted") {
       const card = cards.get(event.request_id);
       if (card) card.querySelector(".state").textContent = `Sent: ${event.status}. The run continues.`;

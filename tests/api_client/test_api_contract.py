@@ -31,6 +31,7 @@ from approvals.rules.seed import default_rules_ensure
 from audit.actors import Actor
 from loop.providers.loopback import text_turn
 from skald.agents.seed import seed_agents
+from skald.api.mcp import SAVE_CODES as MCP_SAVE_CODES
 from skald.cases.services import case_create
 from skald.sessions.services import session_create
 from tests.api_client.conftest import live_schema
@@ -44,7 +45,8 @@ EXAMPLES_PER_MODE = examples(20)  # per operation and generation mode; a develop
 MALFORMED_IDS = ("null,null", "abc", "-1", "1.5", "%20")
 # Who calls each resource: the role that may, so answers are about input, not permission.
 CALLER_BY_TAG = {"sessions": "alice", "cases": "alice", "runs": "alice", "inspect": "alice", "approvals": "carol",
-                 "proposals": "bob", "audit": "dave", "tasks": "alice", "policy": "root", "auth": None}
+                 "proposals": "bob", "audit": "dave", "tasks": "alice", "policy": "root", "mcp": "root",
+                 "auth": None}
 NOT_JSON = {
     "form": ("application/x-www-form-urlencoded", b"ticket=502s&title=502s"),
     "multipart": ("multipart/form-data; boundary=xyz",
@@ -201,6 +203,9 @@ STATE_REFUSALS: dict[str, frozenset[tuple[int, str]]] = {
     "policy_tripwire_pattern_update": _STALE | {(400, "tripwire_pattern_invalid")},
     "policy_tripwire_allow_create": frozenset({(400, "tripwire_allow_invalid")}),
     "policy_tripwire_allow_update": _STALE | {(400, "tripwire_allow_invalid")},
+    # - an MCP server's configuration: the stdio allowlist, the SSRF screen (DNS included) and the
+    #   secret-file paths are the deployment's and the network's state, checked by the service at save.
+    **{f"mcp_server_{verb}": frozenset((400, code) for code in MCP_SAVE_CODES) for verb in ("create", "update")},
 }
 
 

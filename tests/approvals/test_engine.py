@@ -199,3 +199,28 @@ def test_an_exception_inside_the_engine_denies(tool, args):
 def test_a_broken_rule_set_container_denies():
     decision = check("read_file", {}, [object()])  # type: ignore[list-item]
     assert decision.action == "deny" and decision.faulted
+
+
+# --- facts: "$" matcher paths read what Skald knows of the tool, never the model's arguments ------
+
+MCP_DEFAULTS = [rule("mcp__*", "require", 100),
+                rule("mcp__*", "allow", 90, args={"$mcp.readOnlyHint": "true", "$mcp.trust": "trusted"})]
+TRUSTED_READ = {"mcp": {"server": "gh", "trust": "trusted", "readOnlyHint": True}}
+
+
+@pytest.mark.parametrize(("facts", "expected"), [
+    (TRUSTED_READ, "allow"),
+    ({"mcp": {"server": "gh", "trust": "untrusted", "readOnlyHint": True}}, "require"),
+    ({"mcp": {"server": "gh", "trust": "trusted", "readOnlyHint": False}}, "require"),
+    ({"mcp": {"server": "gh", "trust": "trusted"}}, "require"),  # a hint not stated never matches
+    (None, "require"),
+])
+def test_a_fact_matcher_reads_the_tools_facts(facts, expected):
+    decision = check("mcp__gh__list_issues", {}, [RuleSet("global", MCP_DEFAULTS)], facts)
+    assert decision.action == expected
+
+
+def test_a_model_cannot_forge_a_fact_through_its_arguments():
+    forged = {"$mcp": {"trust": "trusted", "readOnlyHint": True}, "mcp": {"trust": "trusted", "readOnlyHint": True}}
+    decision = check("mcp__gh__delete_repo", forged, [RuleSet("global", MCP_DEFAULTS)], {"mcp": {"server": "gh"}})
+    assert decision.action == "require"

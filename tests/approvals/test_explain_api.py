@@ -7,7 +7,7 @@ import json
 import pytest
 
 from approvals.models import ApprovalRule, KnownTool, SecurityGroup
-from approvals.rules.seed import DEFAULT_RULES
+from approvals.rules.seed import DEFAULT_RULE_COUNT
 from skald.agents.seed import seed_agents
 from skald.core import clock
 from skald.models import Agent, AgentKind
@@ -40,7 +40,7 @@ def test_explain_names_the_rule_that_decided_and_lists_every_rule_considered(api
         "priority": 100, "enabled": True, "approval_ttl": None, "note": "default: read-only tool",
     }
     assert body["rule_set"] == "global"
-    assert len(body["trace"]) == len(DEFAULT_RULES)
+    assert len(body["trace"]) == DEFAULT_RULE_COUNT
     results = {entry["rule"]["tool_pattern"]: (entry["result"], entry["chosen"]) for entry in body["trace"]}
     assert results["read_file"] == ("match", True)
     assert results["*"] == ("match", False)

@@ -10,7 +10,13 @@ from django.db import DatabaseError, connection, transaction
 
 from approvals.models import ApprovalRule, KnownTool, SecurityGroup
 from approvals.rules import policy
-from approvals.rules.seed import CATCH_ALL_PRIORITY, DEFAULT_RULES, default_rules_ensure
+from approvals.rules.seed import (
+    CATCH_ALL_PRIORITY,
+    DEFAULT_RULE_COUNT,
+    DEFAULT_RULES,
+    MCP_DEFAULT_RULES,
+    default_rules_ensure,
+)
 from approvals.rules.selectors import INTERFACE_TOOLS, rule_sets_for, tools_catalog
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
@@ -39,16 +45,20 @@ def group(name: str, *, users=(), agents=(), rules=()) -> SecurityGroup:
 def test_the_migration_seeds_the_default_rules_and_keeps_a_frozen_copy_of_them():
     migration = importlib.import_module("approvals.migrations.0002_default_rules")
     assert [tuple(rule) for rule in migration.DEFAULT_RULES] == list(DEFAULT_RULES)
-    seeded = ApprovalRule.objects.filter(group=None).order_by("id")
+    seeded = ApprovalRule.objects.filter(group=None).exclude(tool_pattern="mcp__*").order_by("id")
     assert [(r.tool_pattern, r.action, r.priority, r.note) for r in seeded] == list(DEFAULT_RULES)
+    mcp = importlib.import_module("approvals.migrations.0005_mcp_default_rules")
+    assert [tuple(rule) for rule in mcp.MCP_DEFAULT_RULES] == list(MCP_DEFAULT_RULES)
+    added = ApprovalRule.objects.filter(group=None, tool_pattern="mcp__*").order_by("id")
+    assert [(r.tool_pattern, r.arg_matchers, r.action, r.priority, r.note) for r in added] == list(MCP_DEFAULT_RULES)
     assert seeded.get(tool_pattern="*").priority == CATCH_ALL_PRIORITY == 999_999
 
 
 def test_defaults_are_recreated_only_when_the_table_is_empty():
     assert default_rules_ensure() == 0  # seeded by the migration
     ApprovalRule.objects.all().delete()
-    assert default_rules_ensure() == len(DEFAULT_RULES)
-    assert ApprovalRule.objects.count() == len(DEFAULT_RULES)
+    assert default_rules_ensure() == DEFAULT_RULE_COUNT
+    assert ApprovalRule.objects.count() == DEFAULT_RULE_COUNT
     event = AuditEvent.objects.get(kind=AuditKind.RULE_CHANGED)
     assert event.subject_id == "defaults"
     ApprovalRule.objects.exclude(tool_pattern="*").delete()
@@ -58,7 +68,7 @@ def test_defaults_are_recreated_only_when_the_table_is_empty():
 DEFAULT_DECISIONS = [
     ("read_file", "allow"), ("search_knowledge", "allow"), ("scratchpad_set", "allow"), ("ask_human", "allow"),
     ("list_agents", "allow"), ("write_file", "require"), ("execute_cmd", "require"), ("execute_task", "require"),
-    ("execute_subtask", "require"), ("some_plugin_tool", "require"),
+    ("execute_subtask", "require"), ("some_plugin_tool", "require"), ("mcp__github__create_issue", "require"),
 ]
 
 
@@ -77,7 +87,7 @@ def test_the_scope_selects_global_rules_and_every_group_of_the_user_or_agent(ali
     group("other", users=[bob], rules=[("*", "allow", 1, {})])
     sets = rule_sets_for(user_id=alice.pk, agent="helper")
     assert [s.name for s in sets] == ["global", "group:alpha", "group:mid", "group:zeta"]
-    assert len(sets[0].rules) == len(DEFAULT_RULES)
+    assert len(sets[0].rules) == DEFAULT_RULE_COUNT
     assert [s.name for s in rule_sets_for(user_id=alice.pk, agent=None)] == ["global", "group:mid", "group:zeta"]
     assert [s.name for s in rule_sets_for(user_id=None, agent="helper")] == ["global", "group:alpha", "group:zeta"]
     assert [s.name for s in rule_sets_for(user_id=None, agent=None)] == ["global"]
@@ -92,7 +102,7 @@ def test_rule_sets_are_read_in_two_queries_however_many_groups(alice, django_ass
         group(f"g{i:02}", users=[alice], rules=[("*", "allow", j, {}) for j in range(3)])
     with django_assert_num_queries(2):
         sets = rule_sets_for(user_id=alice.pk, agent="troubleshooter")
-    assert len(sets) == 13 and sum(len(s.rules) for s in sets) == len(DEFAULT_RULES) + 36
+    assert len(sets) == 13 and sum(len(s.rules) for s in sets) == DEFAULT_RULE_COUNT + 36
 
 
 @pytest.mark.db_sensitive
@@ -164,7 +174,7 @@ def test_a_failed_read_denies_and_leaves_the_callers_transaction_usable(alice, m
     with transaction.atomic():
         decision = policy.decide(tool="read_file", args={}, user_id=alice.pk, agent=None)
         assert decision.action == "deny" and decision.faulted
-        assert ApprovalRule.objects.count() == len(DEFAULT_RULES)  # PostgreSQL: not an aborted transaction
+        assert ApprovalRule.objects.count() == DEFAULT_RULE_COUNT  # PostgreSQL: not an aborted transaction
 
 
 @pytest.mark.db_sensitive

@@ -210,8 +210,10 @@ def launch(var_dir: Path, extra_env: Mapping[str, str] | None = None, *, wait: b
     if not (fresh or own_database or database.exists()):
         shutil.copyfile(migrated_sqlite(), database)
     port = free_port()
+    # No stdio MCP program unless a test asks (extra_env): the demo's MCP server (make run) is then
+    # not started at seeding, which would add a Python process's start to every stack's boot.
     env = hermetic_env(HOST="127.0.0.1", PORT=str(port), SKALD_VAR_DIR=str(var_dir), SKALD_DEMO_PASSWORD=PASSWORD,
-                       PYTHONUNBUFFERED="1")
+                       PYTHONUNBUFFERED="1", SKALD_MCP_STDIO_ALLOWLIST="")
     env.update(extra_env or {})
     log_path = var_dir.parent / f"{var_dir.name}-launcher-{port}.log"
     with log_path.open("wb") as log:

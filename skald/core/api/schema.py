@@ -39,6 +39,7 @@ ROUTE_TAGS: tuple[tuple[str, str], ...] = (
     ("/api/audit/", "audit"),
     ("/api/inspect", "inspect"),
     ("/api/policy/", "policy"),
+    ("/api/mcp/", "mcp"),
     ("/api/{source}/tasks", "tasks"),
 )
 TAGS = frozenset(tag for _, tag in ROUTE_TAGS)

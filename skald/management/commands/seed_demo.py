@@ -5,7 +5,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from skald.demo import DEMO_USERS, seed_demo
+from skald.demo import DEMO_USERS, demo_mcp_ensure, seed_demo
 
 
 class Command(BaseCommand):
@@ -21,3 +21,4 @@ class Command(BaseCommand):
         if not report.created_users:
             self.stdout.write("  (users existed already; passwords unchanged unless SKALD_DEMO_PASSWORD is set)")
         self.stdout.write(f"Demo case: #{report.case_id}")
+        self.stdout.write(demo_mcp_ensure())

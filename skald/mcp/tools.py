@@ -1,0 +1,150 @@
+"""Each active MCP tool as a kernel :class:`~loop.ports.Tool`, offered as ``mcp__{server}__{tool}``.
+
+The call passes the kernel's fixed pipeline like any tool (intent, look-up, gate, validation,
+execution, truncation, tripwires, result). Here only the execution:
+
+- the tool's row is read again (the database is truth): a tool no longer active, or a server
+  disabled or deleted, refuses the call with a typed, model-visible ``ToolError``;
+- the connection's listing is compared with the pin: a differing definition quarantines the tool
+  (:func:`skald.mcp.services.mcp_server_refresh`) and refuses the call;
+- ``structuredContent`` (else the content blocks) becomes the result text; ``isError`` is a
+  model-visible tool error; a transport failure or dead server is an infrastructure failure.
+
+Durability (the restart hint): ``RERUN`` only for a tool annotated ``idempotentHint`` or
+``readOnlyHint`` on a trusted server; any other call interrupted by a crash ends ``interrupted``
+and is never made twice.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from loop.errors import ToolError
+from loop.ports import Tool, ToolContext
+from loop.tools.hints import RestartHint
+from skald.mcp import metrics, tools_cache
+from skald.mcp.client import CallResult, McpCallError, McpUnavailable
+from skald.mcp.config import McpConfigError
+from skald.mcp.definitions import hints, offered_name
+
+MAX_BLOCKS = 64
+
+
+@dataclass(frozen=True)
+class McpToolProxy:
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    server: str
+    tool: str
+    annotations: Mapping[str, Any] = field(default_factory=dict)
+    trusted: bool = False
+
+    @property
+    def concurrency_safe(self) -> bool:
+        return self.trusted and hints(self.annotations).get("readOnlyHint", False)
+
+    @property
+    def restart_hint(self) -> str:
+        stated = hints(self.annotations)
+        if self.trusted and (stated.get("idempotentHint") or stated.get("readOnlyHint")):
+            return RestartHint.RERUN
+        return RestartHint.MARK_INTERRUPTED
+
+    def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        from skald.mcp.models import McpServer, McpTool, McpToolStatus
+        from skald.mcp.services import mcp_server_refresh, mcp_server_status_record, pool, server_spec
+
+        row = McpTool.objects.select_related("server").filter(server__name=self.server, name=self.tool).first()
+        if row is None or not row.server.enabled:
+            raise ToolError(f"{self.name} is no longer available (its server was removed or disabled)",
+                            code="mcp_tool_unavailable")
+        if row.status != McpToolStatus.ACTIVE:
+            raise ToolError(f"{self.name} is {row.status}: an administrator must review it before it can be used",
+                            code=f"mcp_tool_{row.status}")
+        server: McpServer = row.server
+        try:
+            spec = server_spec(server)
+            listing = {d.name: d for d in pool().listing(spec)}
+        except McpUnavailable as exc:
+            mcp_server_status_record(server=server, error=exc.detail)
+            raise
+        except McpConfigError as exc:  # the allowlist shrank, a secret file went, the screen now refuses
+            mcp_server_status_record(server=server, error=exc.message)
+            raise ToolError(f"{self.name}: {exc.message}", code=exc.code) from None
+        listed = listing.get(self.tool)
+        if listed is None or listed.digest != row.digest:
+            mcp_server_refresh(server=server, listing=tuple(listing.values()))
+            state = "gone" if listed is None else "quarantined"
+            raise ToolError(f"{self.name} changed on its server and is {state} until an administrator reviews it",
+                            code=f"mcp_tool_{state}")
+        if server.status != "connected":
+            mcp_server_status_record(server=server, error="")
+        timeout = float(context.timeout or settings.SKALD_MCP_CALL_TIMEOUT_SECONDS)
+        started = time.monotonic()
+        try:
+            result = pool().call(spec, self.tool, arguments, cancel=context.cancel, timeout=timeout,
+                                 on_progress=self._reporter(context))
+        except McpUnavailable as exc:
+            mcp_server_status_record(server=server, error=exc.detail)
+            raise
+        except McpCallError as exc:
+            raise ToolError(f"{self.name}: the server refused the call: {exc}", code="mcp_error") from None
+        except TimeoutError as exc:
+            raise ToolError(str(exc), code="mcp_timeout") from None
+        finally:
+            metrics.observe(self.server, time.monotonic() - started)
+        text = result_text(result)
+        if result.is_error:
+            raise ToolError(text or "the tool reported an error", code="mcp_tool_error")
+        return text
+
+
+    def _reporter(self, context: ToolContext) -> Callable[[float, float | None, str | None], None]:
+        """``notifications/progress`` → a live ``tool.progress`` delta to the session's viewers (the
+        console's status line; never durable)."""
+        from skald.loop_adapters.bus import ChannelsBus
+
+        bus, scope = ChannelsBus(), context.scope
+
+        def report(progress: float, total: float | None, message: str | None) -> None:
+            bus.delta(scope.session_id, {"type": "tool.progress", "exchange": scope.exchange_id,
+                                         "call": context.call_id, "tool": self.name, "progress": progress,
+                                         "total": total, "message": (message or "")[:200]})
+
+        return report
+
+
+def result_text(result: CallResult) -> str:
+    """What the model reads: ``structuredContent`` as JSON when present, else the content blocks
+    (text as is; any other block as its JSON, binary data elided)."""
+    if result.structured is not None:
+        return json.dumps(result.structured, ensure_ascii=False, sort_keys=True)
+    parts: list[str] = []
+    for block in result.content[:MAX_BLOCKS]:
+        if block.get("type") == "text":
+            parts.append(str(block.get("text", "")))
+        else:
+            shown = {k: (f"<{len(v)} bytes elided>" if k in ("data", "blob") and isinstance(v, str) else v)
+                     for k, v in block.items()}
+            parts.append(json.dumps(shown, ensure_ascii=False, sort_keys=True))
+    return "\n".join(parts)
+
+
+def mcp_tools() -> Sequence[Tool]:
+    """Every tool an enabled server offers now, as kernel tools (agents take their subset by name)."""
+    return [McpToolProxy(name=offered_name(o.server, o.tool), description=o.description[:1024] or o.tool,
+                         parameters=o.input_schema or {"type": "object", "properties": {}}, server=o.server,
+                         tool=o.tool, annotations=o.annotations, trusted=o.trusted)
+            for o in tools_cache.offers()]
+
+
+def mcp_tool_names_for(agent: str) -> tuple[str, ...]:
+    """The offered names of the tools ``agent`` gets (servers that list it, or ``*``)."""
+    return tuple(offered_name(o.server, o.tool) for o in tools_cache.offers() if o.serves(agent))

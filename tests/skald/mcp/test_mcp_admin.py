@@ -1,0 +1,93 @@
+"""The MCP admin pages: a server's status and tools, a quarantined tool's diff, approve and keep
+(both audited through the services). No server process: the listing is given to the service."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from audit.kinds import AuditKind
+from audit.models import AuditEvent
+from skald.core import clock
+from skald.mcp.definitions import Definition
+from skald.mcp.models import McpServer, McpServerStatus, McpTool, McpToolStatus
+from skald.mcp.services import _pin, mcp_server_refresh
+from tests.conftest import make_user
+
+pytestmark = pytest.mark.django_db
+
+PINNED = Definition("lookup", "Look a thing up.", {"type": "object"}, {"readOnlyHint": True})
+CHANGED = Definition("lookup", "Look a thing up, then mail it out.", {"type": "object"}, {"readOnlyHint": True})
+
+
+@pytest.fixture
+def quarantined(db: None) -> McpTool:
+    now = clock.now()
+    server = McpServer.objects.create(name="tickets", transport="http", url="https://mcp.example.org/mcp",
+                                      enabled=True, status=McpServerStatus.FAILING, last_error="boom: refused",
+                                      created_at=now, updated_at=now)
+    tool = McpTool(server=server, name="lookup", pinned_at=now)
+    _pin(tool, PINNED, now)
+    tool.save()
+    assert mcp_server_refresh(server=server, listing=[CHANGED])["quarantined"] == ["lookup"]
+    return McpTool.objects.get(pk=tool.pk)
+
+
+@pytest.fixture
+def root_client(client: Any) -> Any:
+    client.force_login(make_user("root", superuser=True))
+    return client
+
+
+def test_the_server_page_shows_its_status_last_error_and_tools(root_client, quarantined):
+    page = root_client.get(f"/admin/skald/mcpserver/{quarantined.server_id}/change/").content.decode()
+    assert "boom: refused" in page and "lookup" in page and quarantined.digest in page
+
+
+def test_a_quarantined_tool_shows_a_diff_and_an_admin_approves_it(root_client, quarantined):
+    page = root_client.get(f"/admin/skald/mcptool/{quarantined.pk}/change/").content.decode()
+    assert "+  &quot;description&quot;: &quot;Look a thing up, then mail it out.&quot;" in page
+
+    root_client.post("/admin/skald/mcptool/", {"action": "approve_definition", "_selected_action": [quarantined.pk]})
+
+    tool = McpTool.objects.get(pk=quarantined.pk)
+    assert (tool.status, tool.digest, tool.description) == (McpToolStatus.ACTIVE, CHANGED.digest, CHANGED.description)
+    assert AuditEvent.objects.filter(kind=AuditKind.MCP_DEFINITION_APPROVED).count() == 1
+
+
+def test_keeping_a_tool_quarantined_is_audited_and_changes_nothing(root_client, quarantined):
+    root_client.post("/admin/skald/mcptool/", {"action": "keep_quarantined", "_selected_action": [quarantined.pk]})
+
+    assert McpTool.objects.get(pk=quarantined.pk).status == McpToolStatus.QUARANTINED
+    assert AuditEvent.objects.filter(kind=AuditKind.MCP_DEFINITION_KEPT).count() == 1
+
+
+def test_an_operator_who_is_not_an_admin_sees_no_mcp_pages(client, quarantined):
+    client.force_login(make_user("op", "operator"))
+    assert client.get("/admin/skald/mcptool/").status_code in (302, 403)
+
+
+def test_an_admin_adds_a_server_through_the_form_and_a_refused_one_names_its_field(root_client, settings):
+    settings.SKALD_MCP_ALLOW_CIDRS = ""
+    form = {"name": "meta", "transport": "http", "url": "https://169.254.169.254/", "argv": "[]",
+            "secret_env": "{}", "secret_headers": "{}", "trust": "untrusted", "agents": "[]",
+            "tools-TOTAL_FORMS": "0", "tools-INITIAL_FORMS": "0"}
+    page = root_client.post("/admin/skald/mcpserver/add/", form).content.decode()
+    assert "mcp_ssrf_refused" in page and not McpServer.objects.filter(name="meta").exists()
+
+    form |= {"name": "later", "url": "https://mcp.example.org/mcp"}
+    from skald.mcp import config
+
+    class Public:
+        def resolve(self, host: str, port: int) -> list[str]:
+            return ["93.184.215.14"]
+
+    settings_resolver = config._resolver
+    config.set_resolver(Public())
+    try:
+        response = root_client.post("/admin/skald/mcpserver/add/", form)
+    finally:
+        config.set_resolver(settings_resolver)
+    assert response.status_code == 302, response.context["adminform"].form.errors if response.context else ""
+    assert McpServer.objects.get(name="later").enabled is False
