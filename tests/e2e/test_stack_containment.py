@@ -57,6 +57,7 @@ from tests.loop.providers.fake_openai_server import (
     text_chunks,
     tool_call_chunks,
 )
+from tests.netprobe import anyone_connected, loopback_listener
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.db_sensitive,
               pytest.mark.xdist_group("stack_containment")]
@@ -208,21 +209,8 @@ def manage(stack: Stack, postgres: str, *args: str, **extra: str) -> subprocess.
 
 @pytest.fixture
 def listener() -> Iterator[socket.socket]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(8)
-    sock.setblocking(False)
-    yield sock
-    sock.close()
-
-
-def anyone_connected(listener: socket.socket) -> bool:
-    try:
-        peer, _ = listener.accept()
-    except BlockingIOError:
-        return False
-    peer.close()
-    return True
+    with loopback_listener() as server:
+        yield server
 
 
 def test_a_command_cannot_read_another_session_var_the_database_the_key_the_environment_or_the_network(

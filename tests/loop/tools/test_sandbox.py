@@ -21,6 +21,7 @@ import pytest
 from loop.cancellation import CancelToken
 from loop.tools.exec_bridge import ExecBridge, ExecResult
 from loop.tools.sandbox import SANDBOX_HOME, Bubblewrap, Limits, Unconfined
+from tests.netprobe import anyone_connected, loopback_listener
 
 PROGRAMS = ["cat", "ls", "sh", "bash", "head", "python3", "sleep"]
 MIB = 1024 * 1024
@@ -130,22 +131,8 @@ def test_it_cannot_read_the_servers_environment(confined: ExecBridge, workspace:
 
 @pytest.fixture
 def listener() -> Iterator[socket.socket]:
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    server.setblocking(False)
-    yield server
-    server.close()
-
-
-def connected(listener: socket.socket) -> bool:
-    """Did anyone connect? (The kernel queued any connection before the client's command ended.)"""
-    try:
-        peer, _ = listener.accept()
-    except BlockingIOError:
-        return False
-    peer.close()
-    return True
+    with loopback_listener() as server:
+        yield server
 
 
 def connect_argv(listener: socket.socket) -> list[str]:
@@ -155,9 +142,9 @@ def connect_argv(listener: socket.socket) -> list[str]:
 def test_it_has_no_network(confined: ExecBridge, workspace: Path, listener: socket.socket) -> None:
     result = run(confined, connect_argv(listener), workspace)
 
-    assert result.exit_code != 0 and not connected(listener)
+    assert result.exit_code != 0 and not anyone_connected(listener)
     assert run(ExecBridge(PROGRAMS), connect_argv(listener), workspace).exit_code == 0  # the control
-    assert connected(listener)
+    assert anyone_connected(listener)
 
 
 def test_the_deployment_may_allow_the_network(workspace: Path, listener: socket.socket) -> None:
@@ -165,7 +152,7 @@ def test_the_deployment_may_allow_the_network(workspace: Path, listener: socket.
 
     result = run(networked, connect_argv(listener), workspace)
 
-    assert result.exit_code == 0 and connected(listener)
+    assert result.exit_code == 0 and anyone_connected(listener)
 
 
 # --- the limits -----------------------------------------------------------------------------------
