@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -42,7 +42,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from loop.cancellation import CancelToken
-from loop.tools.infra import ToolInfrastructureFailure
+from skald.mcp.calls import CallResult, McpCallCancelled, McpCallError, McpUnavailable, Progress, ServerSpec
 from skald.mcp.definitions import Definition
 
 logger = logging.getLogger(__name__)
@@ -52,49 +52,6 @@ CONNECT_TIMEOUT = 15.0
 REAP_EVERY = 30.0
 
 
-class McpUnavailable(ToolInfrastructureFailure):
-    """The server could not be reached, died or broke the transport: infrastructure, not the tool."""
-
-    def __init__(self, server: str, detail: str) -> None:
-        super().__init__(f"MCP server {server!r} unavailable: {detail}")
-        self.server = server
-        self.detail = detail
-
-
-class McpCallError(Exception):
-    """The server answered the call with a protocol error (unknown tool, bad params …)."""
-
-
-class McpCallCancelled(Exception):
-    """The call was cancelled by a stop (``killed``: the server did not answer and was killed)."""
-
-    def __init__(self, killed: bool) -> None:
-        super().__init__("cancelled" + (" (server killed)" if killed else ""))
-        self.killed = killed
-
-
-@dataclass(frozen=True)
-class ServerSpec:
-    """What a connection is opened from; a changed spec (``fingerprint``) reopens it."""
-
-    name: str
-    transport: str  # stdio | http
-    argv: tuple[str, ...] = ()
-    url: str = ""
-    env: Mapping[str, str] = field(default_factory=dict)
-    headers: Mapping[str, str] = field(default_factory=dict)
-    cwd: str | None = None
-    address: str = ""  # http: the address the SSRF screen passed; the connection goes there only
-
-    @property
-    def fingerprint(self) -> tuple[Any, ...]:
-        return (self.transport, self.argv, self.url, tuple(sorted(self.env.items())),
-                tuple(sorted(self.headers.items())), self.cwd, self.address)
-
-
-Progress = Callable[[float, float | None, str | None], None]
-
-
 def _progress(report: Progress) -> Any:
     """The SDK's async progress callback over a sync reporter, run off the event loop."""
 
@@ -102,13 +59,6 @@ def _progress(report: Progress) -> Any:
         await asyncio.get_running_loop().run_in_executor(None, report, progress, total, message)
 
     return forward
-
-
-@dataclass(frozen=True)
-class CallResult:
-    content: list[dict[str, Any]]
-    structured: Any
-    is_error: bool
 
 
 def definition_of(tool: mcp_types.Tool) -> Definition:

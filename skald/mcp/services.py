@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import transaction
-from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS
 
 from audit.actors import Actor
 from audit.kinds import AuditKind
@@ -23,18 +22,22 @@ from audit.services import audit_append
 from skald.core import clock
 from skald.core.errors import Conflict
 from skald.mcp import config, tools_cache
-from skald.mcp.client import McpPool, McpUnavailable, ServerSpec
-from skald.mcp.client import pool as process_pool
+from skald.mcp.calls import McpUnavailable, ServerSpec
 from skald.mcp.definitions import Definition, valid_tool_name
 from skald.mcp.models import McpServer, McpServerStatus, McpTool, McpToolStatus, McpTransport, McpTrust
 
+if TYPE_CHECKING:
+    from skald.mcp.client import McpPool
+
 logger = logging.getLogger(__name__)
-INHERITED_ENV = frozenset(DEFAULT_INHERITED_ENV_VARS)
 SERVER_INPUT = ("name", "transport", "argv", "url", "secret_env", "secret_headers", "trust", "agents", "enabled")
 
 
 def pool() -> McpPool:
-    """The process's pool, told to list again when a server says its tools changed."""
+    """The process's pool, told to list again when a server says its tools changed (the SDK is
+    imported here, by the first process that opens a connection: skald/mcp/calls.py)."""
+    from skald.mcp.client import pool as process_pool
+
     shared = process_pool()
     shared.on_list_changed = _list_changed
     return shared
@@ -186,7 +189,9 @@ def server_spec(server: McpServer) -> ServerSpec:
         root.mkdir(parents=True, exist_ok=True)
         # Only what any program needs (the SDK's own default list), never Skald's configuration or
         # the worker's other variables: the server gets its secrets by name, from their files.
-        env = {k: v for k, v in hermetic_env().items() if k in INHERITED_ENV}
+        from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS  # the SDK's own list of what a server inherits
+
+        env = {k: v for k, v in hermetic_env().items() if k in DEFAULT_INHERITED_ENV_VARS}
         env.update(config.read_secrets(server.secret_env))
         return ServerSpec(name=server.name, transport="stdio", argv=tuple(server.argv), env=env, cwd=str(root))
     screened = config.screen_url(server.url)

@@ -29,7 +29,7 @@ from loop.errors import ToolError
 from loop.ports import Tool, ToolContext
 from loop.tools.hints import RestartHint
 from skald.mcp import metrics, tools_cache
-from skald.mcp.client import CallResult, McpCallError, McpUnavailable
+from skald.mcp.calls import CallResult, McpCallError, McpUnavailable
 from skald.mcp.config import McpConfigError
 from skald.mcp.definitions import hints, offered_name
 

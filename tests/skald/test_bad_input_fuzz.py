@@ -30,7 +30,8 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
 
 # Full strength (CI) sends 400 requests per database, a developer's run 20 (tests/strength.py).
 EXAMPLES = int(os.environ.get("SKALD_FUZZ_EXAMPLES") or examples(400))
-DOCUMENTED = {200, 201, 202, 400, 401, 403, 404, 405, 409, 410, 413, 414, 415}
+# 412/428: the policy routes' conditional writes (If-Match stale, or missing: skald/core/api/conditional.py).
+DOCUMENTED = {200, 201, 202, 400, 401, 403, 404, 405, 409, 410, 412, 413, 414, 415, 428}
 # Routes with a status of their own: /readyz answers 503 while no worker runs (documented probe).
 OWN_STATUS = {"readyz": {503}}
 
