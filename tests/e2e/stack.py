@@ -196,6 +196,14 @@ def migrated_sqlite() -> Path:
     return home / "skald.sqlite3"
 
 
+def template_clause() -> str:
+    """`` TEMPLATE "<the run's migrated database>"`` for a stack's own PostgreSQL database when the test
+    run made one (``SKALD_TEST_PG_TEMPLATE``, skald/testrun.py): its launcher then finds nothing to
+    migrate, as a SQLite stack starting from :func:`migrated_sqlite`."""
+    template = os.environ.get("SKALD_TEST_PG_TEMPLATE", "")
+    return f' TEMPLATE "{template}"' if template else ""
+
+
 def launch(var_dir: Path, extra_env: Mapping[str, str] | None = None, *, wait: bool = True,
            fresh: bool = False) -> Stack:
     """Start ``python -m skald.launcher`` on a free port; with ``wait``, return once /healthz answers.

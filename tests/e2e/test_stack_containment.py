@@ -48,7 +48,7 @@ from websockets.typing import Origin
 from skald.core.child_env import hermetic_env
 from tests.e2e.crash import pg_admin, with_dbname
 from tests.e2e.crash_idle import campaign, describe
-from tests.e2e.stack import BASE_DIR, PASSWORD, Api, Launch, Stack, descendants, wait_for, wait_ready
+from tests.e2e.stack import BASE_DIR, PASSWORD, Api, Launch, Stack, descendants, template_clause, wait_for, wait_ready
 from tests.loop.providers.fake_openai_server import (
     FakeOpenAIServer,
     RecordedRequest,
@@ -89,7 +89,7 @@ def postgres() -> Iterator[str]:
         return
     server = os.environ["DATABASE_URL"]
     name = f"skald_contain_{os.getpid()}"
-    pg_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
+    pg_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"' + template_clause())
     yield with_dbname(server, name)
     pg_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 

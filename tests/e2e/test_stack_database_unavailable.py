@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from tests.e2e.crash import pg_admin, with_dbname
-from tests.e2e.stack import PASSWORD, Launch, Stack, wait_for
+from tests.e2e.stack import PASSWORD, Launch, Stack, template_clause, wait_for
 
 # One worker runs the whole module: its stack and its database are made once.
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.db_sensitive,
@@ -35,7 +35,7 @@ def database() -> Iterator[str]:
     if not SERVER.startswith(("postgres://", "postgresql://")):
         pytest.skip("PostgreSQL only: runs in the PostgreSQL pass (DATABASE_URL points to a server)")
     name = f"skald_unavailable_{os.getpid()}"
-    _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
+    _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"' + template_clause())
     yield name
     _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
