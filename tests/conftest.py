@@ -134,29 +134,21 @@ def _postgres_from_template(request: pytest.FixtureRequest, database: dict[str, 
     database (``SKALD_TEST_PG_TEMPLATE``) and dropped when the session ends."""
     import os
 
-    import psycopg
+    from tests.e2e.crash import pg_admin
 
     template = os.environ.get("SKALD_TEST_PG_TEMPLATE", "")
     if not template:
         return False
     name = database["TEST"].get("NAME") or f"test_{database['NAME']}"  # with the xdist suffix
-    server = {"host": database.get("HOST") or None, "port": database.get("PORT") or None,
-              "user": database.get("USER") or None, "password": database.get("PASSWORD") or None}
-
-    def admin(*statements: str) -> None:
-        with psycopg.connect(dbname="postgres", autocommit=True,
-                             **{k: v for k, v in server.items() if v is not None}) as conn:
-            for statement in statements:
-                conn.execute(statement)  # type: ignore[arg-type]
-
+    server = os.environ["DATABASE_URL"]  # the pass's server (skald/testrun.py sets both)
     drop = f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'
-    admin(drop, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    pg_admin(server, drop, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
 
     def remove() -> None:
         from django.db import connections
 
         connections.close_all()
-        admin(drop)
+        pg_admin(server, drop)
 
     request.addfinalizer(remove)
     return True
