@@ -51,9 +51,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     detail = exc.detail
     code = getattr(exc, "default_code", "error")
     if isinstance(detail, dict):
-        code = str(detail.get("code", code))
-        message = str(detail.get("detail", exc.default_detail))
-        extra = {k: v for k, v in detail.items() if k not in {"detail", "code"}}
+        named: dict[str, Any] = {str(k): v for k, v in detail.items()}
+        code = str(named.get("code", code))
+        message = str(named.get("detail", exc.default_detail))
+        extra = {k: v for k, v in named.items() if k not in {"detail", "code"}}
     else:
         code = getattr(detail, "code", None) or code
         message = str(detail)

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 import uvicorn
+from mcp.server.transport_security import TransportSecuritySettings
 
 from approvals.models import PendingApproval
 from approvals.pending.services import pending_approval_resolve
 from audit.actors import Actor
 from loop.models import Exchange, ExchangeStatus, ToolCall
 from loop.providers.loopback import text_turn, tool_turn
-from mcp.server.transport_security import TransportSecuritySettings
 from skald.mcp.client import pool
 from skald.mcp.config import McpConfigError
 from skald.mcp.models import McpServer, McpTool, McpToolStatus
