@@ -1,5 +1,6 @@
-"""The impact of one rule edit, for the admin's rule form (issue 32): the live policy with that one
-rule changed, compared with the live policy itself over the recorded gate decisions."""
+"""The impact of one edit in the admin (issue 32): the live policy with that one rule, or that one
+security group (its members and its rules), changed, compared with the live policy itself over the
+recorded gate decisions."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def with_rule(live: PolicyDoc, *, rule_id: int | None, group: str | None, rule: 
     if rule is not None and group is not None and group not in {g.name for g in live.groups}:
         groups.append(GroupDoc(name=group, rules=(rule,)))
     return policy_doc(rules=keep(live.rules, None), groups=groups, patterns=live.patterns, allow=live.allow,
-                      agents=live.agents)
+                      agents=live.agents, mcp_servers=live.mcp_servers)
 
 
 def rule_change_impact(*, rule_id: int | None, group: str | None, rule: RuleDoc | None,
@@ -43,3 +44,18 @@ def rule_change_impact(*, rule_id: int | None, group: str | None, rule: RuleDoc 
     history = recorded_decisions(days=days)
     return impact_between(history.decisions, live, with_rule(live, rule_id=rule_id, group=group, rule=rule),
                           days=days)
+
+
+def with_group(live: PolicyDoc, *, group_id: int | None, group: GroupDoc) -> PolicyDoc:
+    """``live`` with group ``group_id`` (when given) replaced by ``group`` (its members and rules)."""
+    groups = [g for g in live.groups if group_id is None or g.row_id != group_id]
+    return policy_doc(rules=live.rules, groups=[*groups, group], patterns=live.patterns, allow=live.allow,
+                      agents=live.agents, mcp_servers=live.mcp_servers)
+
+
+def group_change_impact(*, group_id: int | None, group: GroupDoc, days: int = DEFAULT_DAYS) -> Impact:
+    """What saving this security group (members and rules as edited) would have changed over the last
+    ``days`` days of recorded calls, against the live policy."""
+    live = policy_live()
+    history = recorded_decisions(days=days)
+    return impact_between(history.decisions, live, with_group(live, group_id=group_id, group=group), days=days)

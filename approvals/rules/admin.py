@@ -17,8 +17,16 @@ from django.urls import URLPattern, path
 
 from approvals.models import ApprovalRule, SecurityGroup
 from approvals.pending.decide import trace_rows
-from approvals.policy_doc.impact import Impact
 from approvals.policy_doc.rule_preview import rule_change_impact, rule_doc
+from approvals.rules.admin_impact import (
+    CONFIRM_HELP,
+    CONFIRM_LABEL,
+    SecurityGroupForm,
+    impact_answer,
+    impact_state,
+    impact_text,
+    loosening_sentence,
+)
 from approvals.rules.explain import PRECEDENCE, TestCallForm, never_wins
 from approvals.rules.seed import DEFAULT_PRIORITY
 from approvals.rules.selectors import tools_catalog
@@ -92,10 +100,7 @@ class ApprovalRuleChangeForm(ApprovalRuleForm):
     (issue 32). A change that would have let any of them through with less restriction saves only
     once confirmed."""
 
-    confirm_loosening = forms.BooleanField(
-        required=False, label="Confirm a looser gate",
-        help_text="Needed only when the preview says this change would have let recorded calls through with "
-                  "less restriction.")
+    confirm_loosening = forms.BooleanField(required=False, label=CONFIRM_LABEL, help_text=CONFIRM_HELP)
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
@@ -110,17 +115,8 @@ class ApprovalRuleChangeForm(ApprovalRuleForm):
                           note=cleaned.get("note", "")),
         )
         if self.impact.loosened and not cleaned.get("confirm_loosening"):
-            self.add_error(None, loosening_sentence(self.impact) + " Tick 'Confirm a looser gate' and save again.")
+            self.add_error(None, loosening_sentence(self.impact) + f" Tick '{CONFIRM_LABEL}' and save again.")
         return cleaned
-
-
-def loosening_sentence(impact: Impact) -> str:
-    """"This change would have let 41 calls from 3 users run with less restriction in the last 7 days …"."""
-    users = f"{len(impact.users)} user" + ("" if len(impact.users) == 1 else "s")
-    calls = f"{impact.loosened} call" + ("" if impact.loosened == 1 else "s")
-    loosening = ", ".join(f"{count} {name}" for name, count in impact.transitions.items())
-    return (f"This change would have let {calls} from {users} run with less restriction in the last {impact.days} "
-            f"days ({loosening}).")
 
 
 class ToolCatalogMixin:
@@ -141,13 +137,39 @@ class ApprovalRuleInline(admin.TabularInline):
     extra = 0
 
 
+class GroupForm(SecurityGroupForm):
+    """The group page's form, previewing its inline rules through the inline's own rule form."""
+
+    rule_form = ApprovalRuleForm
+
+
 @admin.register(SecurityGroup)
 class SecurityGroupAdmin(ToolCatalogMixin, admin.ModelAdmin):
     list_display = ["name", "description", "user_count", "agent_count", "rule_count"]
     search_fields = ["name"]
     filter_horizontal = ["users", "agents"]
     inlines = [ApprovalRuleInline]
-    fields = ["name", "description", "users", "agents"]
+    form = GroupForm
+    fields = ["name", "description", "users", "agents", "confirm_loosening"]
+
+    def get_urls(self) -> list[URLPattern]:
+        impact = path("impact-preview/", self.admin_site.admin_view(self.impact_view),
+                      name="approvals_securitygroup_impact")
+        return [impact, *super().get_urls()]
+
+    def impact_view(self, request: HttpRequest) -> JsonResponse:
+        """The group page's live preview: what its members and inline rules as edited would have decided
+        differently over the recorded calls, before anything is saved. Writes nothing."""
+        if request.method != "POST":
+            return JsonResponse({"state": "error", "text": "POST the group form to preview it."}, status=405)
+        raw_id = request.POST.get("object_id", "")
+        if raw_id and not raw_id.isdigit():
+            return JsonResponse({"state": "error", "text": "object_id is not a group's id."}, status=400)
+        group = get_object_or_404(SecurityGroup, pk=int(raw_id)) if raw_id else None
+        allowed = self.has_change_permission(request, group) if group else self.has_add_permission(request)
+        if not allowed:
+            raise PermissionDenied
+        return JsonResponse(impact_answer(self.form(request.POST, instance=group or SecurityGroup())))
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[SecurityGroup]:
         return super().get_queryset(request).annotate(
@@ -168,8 +190,13 @@ class SecurityGroupAdmin(ToolCatalogMixin, admin.ModelAdmin):
         return obj.n_rules
 
     def save_model(self, request: HttpRequest, obj: SecurityGroup, form: Any, change: bool) -> None:
-        security_group_save(actor=Actor.user(request.user), group=obj, changed=form.changed_data,
+        changed = [name for name in form.changed_data if name != "confirm_loosening"]
+        security_group_save(actor=Actor.user(request.user), group=obj, changed=changed,
                             users=form.cleaned_data.get("users"), agents=form.cleaned_data.get("agents"))
+        impact = getattr(form, "impact", None)
+        if impact is not None and impact.changed:
+            self.message_user(request, "Impact on recorded calls: " + " ".join(impact.words()[:2]),
+                              level=messages.WARNING)
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         # No form.save_m2m(): security_group_save already set the members, inside its audit.
@@ -256,21 +283,14 @@ class ApprovalRuleAdmin(ToolCatalogMixin, admin.ModelAdmin):
         over the recorded calls, before anything is saved. Writes nothing."""
         if request.method != "POST":
             return JsonResponse({"state": "error", "text": "POST the rule form to preview it."}, status=405)
-        raw_id = request.POST.get("rule_id", "")
+        raw_id = request.POST.get("object_id", "")
         if raw_id and not raw_id.isdigit():
-            return JsonResponse({"state": "error", "text": "rule_id is not a rule's id."}, status=400)
+            return JsonResponse({"state": "error", "text": "object_id is not a rule's id."}, status=400)
         rule = get_object_or_404(ApprovalRule.objects.select_related("group"), pk=int(raw_id)) if raw_id else None
         allowed = self.has_change_permission(request, rule) if rule else self.has_add_permission(request)
         if not allowed:
             raise PermissionDenied
-        form = ApprovalRuleChangeForm(request.POST, instance=rule or ApprovalRule())
-        form.is_valid()  # runs the preview (clean), saves nothing
-        impact: Impact | None = getattr(form, "impact", None)
-        if impact is None:
-            return JsonResponse({"state": "invalid", "text": "Correct the form to see its impact on recorded calls."})
-        state = "loosens" if impact.loosened else "tightens" if impact.tightened else "same"
-        text = loosening_sentence(impact) if impact.loosened else " ".join(impact.words()[:2])
-        return JsonResponse({"state": state, "text": text, "impact": impact.as_dict()})
+        return JsonResponse(impact_answer(ApprovalRuleChangeForm(request.POST, instance=rule or ApprovalRule())))
 
     @admin.display(description="scope", ordering="group__name")
     def scope(self, obj: ApprovalRule) -> str:
@@ -296,9 +316,7 @@ class ApprovalRuleAdmin(ToolCatalogMixin, admin.ModelAdmin):
             rule = ApprovalRule.objects.select_related("group").filter(pk=int(object_id)).first()
             if rule is not None:
                 impact = rule_change_impact(rule_id=rule.pk, group=rule.group.name if rule.group else None, rule=None)
-                extra["rule_impact"] = loosening_sentence(impact) if impact.loosened else " ".join(impact.words()[:2])
-                extra["rule_impact_state"] = ("loosens" if impact.loosened else "tightens" if impact.tightened
-                                              else "same")
+                extra["rule_impact"], extra["rule_impact_state"] = impact_text(impact), impact_state(impact)
         return super().delete_view(request, object_id, extra_context=extra)
 
     def delete_model(self, request: HttpRequest, obj: ApprovalRule) -> None:

@@ -1,9 +1,10 @@
-// The rule page's live impact preview (issue 32): as the admin edits a rule, the form's values are
-// posted to the admin's impact-preview view, which re-decides the recorded calls under the edited
-// policy and saves nothing. The box says what would change before Save is pressed.
+// The live impact preview of the rule and security group pages (issue 32): as the admin edits, the
+// form's values (a group's inline rules with it) are posted to the admin's impact-preview view,
+// which re-decides the recorded calls under the edited policy and saves nothing. The box says what
+// would change before Save is pressed.
 (() => {
   const box = document.getElementById("rule-impact");
-  const form = document.getElementById("approvalrule_form");
+  const form = box && box.closest("form");
   if (!box || !form) return;
   const text = box.querySelector(".skald-rule-impact-text");
   let timer = null;
@@ -12,7 +13,7 @@
   async function preview() {
     const mine = ++latest;
     const data = new FormData(form);
-    data.set("rule_id", box.dataset.ruleId || "");
+    data.set("object_id", box.dataset.objectId || "");
     box.classList.add("skald-busy");
     try {
       const response = await fetch(box.dataset.impactUrl, {

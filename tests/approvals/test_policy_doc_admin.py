@@ -63,20 +63,20 @@ def test_the_live_preview_says_what_an_edit_would_change_before_anything_is_save
     client.force_login(make_user("root", superuser=True))
     preview = f"{RULES}impact-preview/"
 
-    looser = client.post(preview, {**form_of(rule, action="allow"), "rule_id": str(rule.pk)}).json()
+    looser = client.post(preview, {**form_of(rule, action="allow"), "object_id": str(rule.pk)}).json()
     assert looser["state"] == "loosens"
     assert looser["text"] == ("This change would have let 1 call from 1 user run with less restriction in the last "
                               "7 days (1 approval → allowed).")
     assert looser["impact"]["transitions"] == {"approval → allowed": 1}
-    tighter = client.post(preview, {**form_of(rule, action="deny"), "rule_id": str(rule.pk)}).json()
+    tighter = client.post(preview, {**form_of(rule, action="deny"), "object_id": str(rule.pk)}).json()
     assert tighter["state"] == "tightens"
     assert tighter["text"].startswith("1 of 1 recorded calls in the last 7 days would be decided differently.")
     new = client.post(preview, {**form_of(rule, tool_pattern="read_logs", action="deny", priority="1")}).json()
     assert new["state"] == "same"  # the history has no read_logs call
-    invalid = client.post(preview, {**form_of(rule, action="maybe"), "rule_id": str(rule.pk)}).json()
+    invalid = client.post(preview, {**form_of(rule, action="maybe"), "object_id": str(rule.pk)}).json()
     assert invalid["state"] == "invalid"
-    assert client.post(preview, {"rule_id": "x1"}).status_code == 400
-    assert client.post(preview, {"rule_id": "987654"}).status_code == 404
+    assert client.post(preview, {"object_id": "x1"}).status_code == 400
+    assert client.post(preview, {"object_id": "987654"}).status_code == 404
     assert client.get(preview).status_code == 405
     rule.refresh_from_db()
     assert rule.action == "require"  # a preview saves nothing
@@ -98,3 +98,62 @@ def test_the_delete_page_says_what_removing_the_rule_would_have_changed(client, 
     # With no rule left the gate fails closed: the write would have been denied.
     assert page.context["rule_impact_state"] == "tightens"
     assert "1 of 1 recorded calls in the last 7 days would be decided differently." in page.content.decode()
+
+
+GROUPS = "/admin/approvals/securitygroup/"
+
+
+def group_form(group, *, users: list[str], rules: list[dict[str, str]], **extra: str) -> dict[str, object]:
+    """The group page's POST: its fields and its inline rules (existing ones carry their id)."""
+    existing = list(group.rules.order_by("pk")) if group is not None else []
+    data: dict[str, object] = {"name": group.name if group is not None else "ops", "description": "", "users": users,
+                               "rules-TOTAL_FORMS": str(len(rules)), "rules-INITIAL_FORMS": str(len(existing)),
+                               "rules-MIN_NUM_FORMS": "0", "rules-MAX_NUM_FORMS": "1000", **extra}
+    for index, rule in enumerate(rules):
+        row = {"priority": "10", "arg_matchers": "{}", "approval_ttl": "", "enabled": "on", "note": "", **rule}
+        if index < len(existing):
+            row.setdefault("id", str(existing[index].pk))
+            row["group"] = str(group.pk)
+        data.update({f"rules-{index}-{key}": value for key, value in row.items()})
+    return data
+
+
+def test_the_group_page_previews_members_and_inline_rules_and_confirms_a_looser_gate(
+        client, alice, troubleshooting, script) -> None:
+    from approvals.models import SecurityGroup
+    from approvals.rules.services import approval_rule_save, security_group_save
+    from audit.actors import Actor
+
+    script(tool_turn(("write_file", {"path": "reports/a.md", "content": "x"})), text_turn("done"))
+    session_message_submit(user=alice, session=troubleshooting, content="investigate")  # alice's write: require
+    client.force_login(make_user("root", superuser=True))
+
+    # A new group holding alice, with a rule that denies writes: the preview says it tightens.
+    new = client.post(f"{GROUPS}impact-preview/", group_form(None, users=[str(alice.pk)], rules=[
+        {"tool_pattern": "write_file", "action": "deny"}])).json()
+    assert new["state"] == "tightens" and new["impact"]["transitions"] == {"approval → denied": 1}
+    assert not SecurityGroup.objects.exists()  # a preview saves nothing
+
+    ops = security_group_save(actor=Actor.system("test"), group=SecurityGroup(name="ops"), changed=["created"],
+                              users=[alice], agents=[])
+    approval_rule_save(actor=Actor.system("test"), rule=ApprovalRule(group=ops, tool_pattern="write_file",
+                                                                     action="deny", priority=10), changed=["created"])
+    # Taking alice out of the group would have let her write through with an approval again.
+    loosen = group_form(ops, users=[], rules=[{"tool_pattern": "write_file", "action": "deny"}])
+    preview = client.post(f"{GROUPS}impact-preview/", {**loosen, "object_id": str(ops.pk)}).json()
+    assert preview["state"] == "loosens"
+    assert preview["text"] == ("This change would have let 1 call from 1 user run with less restriction in the last "
+                               "7 days (1 denied → approval).")
+    page = client.post(f"{GROUPS}{ops.pk}/change/", loosen)
+    assert page.status_code == 200
+    assert "Tick &#x27;Confirm a looser gate&#x27; and save again." in page.content.decode()
+    assert list(ops.users.all()) == [alice]
+    saved = client.post(f"{GROUPS}{ops.pk}/change/", {**loosen, "confirm_loosening": "on"})
+    assert saved.status_code == 302, saved.content.decode()[-2000:]
+    assert list(ops.users.all()) == []
+    notes = [str(m) for m in get_messages(saved.wsgi_request)]
+    assert any(n.startswith("Impact on recorded calls: 1 of 1 recorded calls in the last 7 days") for n in notes)
+    # Deleting the inline rule of a group nobody is in changes nothing: it saves at once.
+    assert client.post(f"{GROUPS}{ops.pk}/change/", group_form(ops, users=[], rules=[
+        {"tool_pattern": "write_file", "action": "deny", "DELETE": "on"}])).status_code == 302
+    assert not ops.rules.exists()
