@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from loop import tracing
 from loop.cancellation import CancelToken
 from loop.cascade import INTERRUPTED_RESULT, UNFINISHED, cascade, finish_calls, reap
 from loop.driver import WAITING, FrameDrive, LoopEnv, drive_exchange, fenced, park_tree
@@ -103,7 +104,18 @@ def _continue_parked(
 ) -> ExchangeResult:
     """A claimed exchange (parked, or open with a lapsed lease): finish the frame tree's unfinished
     calls (:mod:`loop.cascade`), then close it, leave it parked (released) while a call still waits
-    for a human, or cascade up the tree and drive the root on."""
+    for a human, or cascade up the tree and drive the root on. Its spans continue the exchange's
+    trace (the stored traceparent), whichever process this is."""
+    if not tracing.enabled:
+        return _continue(env, exchange, claim_token=claim_token, close=close)
+    restore = tracing.tracer.resume(exchange.traceparent)
+    try:
+        return _continue(env, exchange, claim_token=claim_token, close=close)
+    finally:
+        restore()
+
+
+def _continue(env: LoopEnv, exchange: Exchange, *, claim_token: str, close: str | None) -> ExchangeResult:
     env = fenced(env, exchange.pk, claim_token)
     store, token = env.store, CancelToken()
     exchange.claim_token = claim_token

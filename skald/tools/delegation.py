@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from loop.delegation import ChildRequest, DelegateReturn, FrameGrant, child_tool_names, frame_link, run_child
 from loop.errors import HarnessError, ToolError
@@ -89,6 +89,7 @@ class DelegateTool:
     # A child runs a whole loop: it is bounded by its own turns, budget and the stop, not by the
     # per-tool timeout.
     timeout: float | None = None
+    trace_kind: ClassVar[str] = "subagent"  # what its execute_tool span says it is (skald.tracing)
 
     def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str | DelegateReturn:
         mode, task = str(arguments.get("mode") or "sync"), str(arguments["task"])
