@@ -3,7 +3,7 @@ policy. Admission and driving are separate so the web process admits and a worke
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from loop import tracing
@@ -36,7 +36,8 @@ def run_hook(env: LoopEnv, point: HookPoint, exchange_id: int | None, detail: Ma
 
 
 def admit_exchange(
-    env: LoopEnv, *, request_key: str, content: str, author: str = "", claim_token: str = ""
+    env: LoopEnv, *, request_key: str, content: str, author: str = "", claim_token: str = "",
+    trace_links: Sequence[str] = (),
 ) -> tuple[Exchange, bool]:
     """Idempotent admission (SPEC L4): ``loop.before_start`` policy, tripwires, then the stored row.
 
@@ -51,7 +52,8 @@ def admit_exchange(
         return _admit(env, request_key=request_key, content=content, author=author, claim_token=claim_token)
     span = tracing.tracer.start("skald.admission", {
         "skald.session.id": env.scope.session_id, "gen_ai.agent.name": env.agent.name,
-        "gen_ai.conversation.id": str(env.scope.session_id), "skald.source": env.scope.source})
+        "gen_ai.conversation.id": str(env.scope.session_id), "skald.source": env.scope.source},
+        links=trace_links)
     with tracing.active(span):
         exchange, replayed = _admit(env, request_key=request_key, content=content, author=author,
                                     claim_token=claim_token, traceparent=span.traceparent())
