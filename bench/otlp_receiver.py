@@ -122,3 +122,18 @@ class OtlpReceiver:
     def bodies(self) -> list[bytes]:
         with self._lock:
             return list(self.raw)
+
+
+def main() -> None:
+    """``python -m bench.otlp_receiver``: print the endpoint, serve until stdin closes, then print
+    how many spans arrived (a receiver in a process of its own, so its CPU is not the sender's)."""
+    import sys
+
+    with OtlpReceiver() as receiver:
+        print(receiver.endpoint, flush=True)
+        sys.stdin.read()
+        print(len(receiver.received()), flush=True)
+
+
+if __name__ == "__main__":
+    main()

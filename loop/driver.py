@@ -91,10 +91,8 @@ def _drive(env: LoopEnv, exchange: Exchange, *, claim_token: str, cancel: Cancel
     if not claimed_at_admission and not env.store.exchanges.claim(exchange.pk, claim_token):
         raise ClaimRefused(f"exchange {exchange.pk} is not open or is claimed by another driver")
     exchange.claim_token = claim_token
-    if tracing.enabled and not claimed_at_admission:  # the wait from admission until this claim
-        tracing.tracer.start("skald.queue", {"skald.exchange.id": exchange.pk,
-                                             "skald.session.id": exchange.session_id},
-                             start_time=exchange.created_at).end()
+    if tracing.enabled and not claimed_at_admission:
+        trace_queue(exchange)
     failpoint("loop.after_claim")
     env = fenced(env, exchange.pk, claim_token)
     token = cancel or CancelToken()
@@ -119,6 +117,14 @@ def _drive(env: LoopEnv, exchange: Exchange, *, claim_token: str, cancel: Cancel
         _mark_broken(env, exchange, code="internal_error", message=repr(exc))
         raise
     return ExchangeResult(exchange.pk, outcome, exchange.receipt)
+
+
+def trace_queue(exchange: Exchange) -> None:
+    """``skald.queue``: the wait from admission until a driver claimed an exchange that has had no
+    model turn yet (a worker's claim, or a recovery's after the first claimer died)."""
+    if exchange.turns == 0:
+        tracing.tracer.start("skald.queue", {"skald.exchange.id": exchange.pk, "skald.session.id": exchange.session_id},
+                             parent=exchange.traceparent or None, start_time=exchange.created_at).end()
 
 
 def fenced(env: LoopEnv, exchange_id: int, claim_token: str) -> LoopEnv:

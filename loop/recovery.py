@@ -25,7 +25,7 @@ from typing import Literal
 from loop import tracing
 from loop.cancellation import CancelToken
 from loop.cascade import INTERRUPTED_RESULT, UNFINISHED, cascade, finish_calls, reap
-from loop.driver import WAITING, FrameDrive, LoopEnv, drive_exchange, fenced, park_tree
+from loop.driver import WAITING, FrameDrive, LoopEnv, drive_exchange, fenced, park_tree, trace_queue
 from loop.errors import HarnessError, LeaseLost, LoopError
 from loop.failpoints import failpoint
 from loop.models import Exchange, ExchangeStatus, ToolCall, ToolCallStatus
@@ -189,7 +189,10 @@ def recover_exchange(env: LoopEnv, exchange_id: int, *, claim_token: str) -> Exc
     store = env.store
     if not store.exchanges.claim_for_recovery(exchange_id, claim_token, principal=env.principal):
         return None
-    return _continue_parked(env, store.exchanges.get(exchange_id), claim_token=claim_token)
+    exchange = store.exchanges.get(exchange_id)
+    if tracing.enabled:
+        trace_queue(exchange)
+    return _continue_parked(env, exchange, claim_token=claim_token)
 
 
 def repair_dangling(env: LoopEnv, exchange: Exchange, *, reason: str) -> int:
