@@ -183,8 +183,7 @@ def _loop(drive: FrameDrive, resume: Sequence[ToolCall] = ()) -> RunOutcome:
     span = tracing.tracer.start(f"invoke_agent {agent.name}", {
         "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent.name,
         "gen_ai.conversation.id": str(drive.exchange.session_id), "gen_ai.provider.name": drive.env.provider.name,
-        "skald.exchange.id": drive.exchange.pk, "skald.frame.id": frame.pk, "skald.frame.depth": frame.depth,
-        "skald.narrative": frame.narrative})
+        "skald.exchange.id": drive.exchange.pk, "skald.frame.depth": frame.depth})
     with tracing.active(span):
         outcome = _turns(drive, resume)
         span.set({"skald.outcome": outcome.name})
@@ -369,15 +368,16 @@ class FrameDrive:
         model = model_name(env.provider)
         span = tracing.tracer.start(f"chat {model}", {
             "gen_ai.operation.name": "chat", "gen_ai.provider.name": env.provider.name,
-            "gen_ai.request.model": model, "gen_ai.conversation.id": str(self.exchange.session_id),
-            "skald.exchange.id": self.exchange.pk, "skald.turn": turn})
+            "gen_ai.request.model": model, "skald.turn": turn})
         with tracing.active(span):
-            span.content("gen_ai.system_instructions", request.system)
-            span.content("gen_ai.input.messages", messages_text(request))
+            if span.capturing:  # the texts are built only to be recorded
+                span.content("gen_ai.system_instructions", request.system)
+                span.content("gen_ai.input.messages", messages_text(request))
             reply = dispatch(env.provider, request, authority=self.authority, cancel=self.token,
                              request_cap=env.bounds.request_cap, on_text=self._live_text(turn), messages_size=size)
             span.set(chat_attributes(model, reply))
-            span.content("gen_ai.output.messages", reply_text(reply))
+            if span.capturing:
+                span.content("gen_ai.output.messages", reply_text(reply))
         return reply
 
     def message_end(self, turn: int, reply: AssembledTurn, *, journal: int) -> list[tuple[ToolCall, ParsedCall]]:

@@ -40,7 +40,11 @@ T = TypeVar("T")
 
 class Span(Protocol):
     """One started span. ``content`` records prompt/completion/argument/result text, only when the
-    product's content capture is on, screened and masked by the product first."""
+    product's content capture is on (``capturing``: a caller checks it before building a costly
+    text), screened and masked by the product first."""
+
+    @property
+    def capturing(self) -> bool: ...
 
     def set(self, attributes: Attributes) -> None: ...
 
@@ -79,6 +83,7 @@ class Tracer(Protocol):
 
 class _NoSpan:
     __slots__ = ()
+    capturing = False
 
     def set(self, attributes: Attributes) -> None:
         pass

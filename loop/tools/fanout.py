@@ -82,7 +82,9 @@ def _record(env: RoundEnv, call: ToolCall, outcome: ToolOutcome, span: tracing.S
                                   truncated=outcome.truncated, principal=env.principal, narrative=env.narrative,
                                   withheld=outcome.withheld, subagent=outcome.subagent)
     if tracing.enabled:
-        span.set({"skald.tool.outcome": outcome.status, "skald.tool.withheld": list(outcome.withheld)})
+        span.set({"skald.tool.outcome": outcome.status})
+        if outcome.withheld:
+            span.set({"skald.tool.withheld": outcome.withheld})
         if outcome.is_error:
             span.fail(outcome.status)
         span.content("gen_ai.tool.call.result", outcome.content)

@@ -68,6 +68,10 @@ class OtelSpan:
     def __init__(self, span: trace.Span, capture: bool) -> None:
         self.span, self.capture = span, capture
 
+    @property
+    def capturing(self) -> bool:
+        return self.capture
+
     def set(self, attributes: tracing.Attributes) -> None:
         self.span.set_attributes(attributes)  # type: ignore[arg-type]  # a Mapping of the same values
 

@@ -88,7 +88,7 @@ def test_a_turn_with_a_tool_is_one_trace_under_its_admission(make_env, spans):
     assert attrs(tool) == {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "echo",
                            "gen_ai.tool.call.id": call.call_key, "gen_ai.tool.type": "function",
                            "skald.tool.kind": "builtin", "skald.tool_call.id": call.pk, "skald.gate.verdict": "allow",
-                           "skald.tool.outcome": "completed", "skald.tool.withheld": ()}
+                           "skald.tool.outcome": "completed"}
     assert all(key not in attrs(s) for s in spans.get_finished_spans() for key in CONTENT_KEYS)  # capture is off
 
 
