@@ -41,8 +41,8 @@ def measure(*, blocks: int, per_block: int, warmup: int, workspace: Path) -> dic
     provider = bench_provider()
     env = build_env(create_session(user.pk, "tracing bench"), provider, workspace)
     number = 0
-    for on in (False, True):  # warm both paths (the SDK's first spans, the exporter's connection)
-        if on:
+    for traced in (False, True):  # warm both paths (the SDK's first spans, the exporter's connection)
+        if traced:
             configure()
         for _ in range(warmup):
             number += 1
@@ -96,8 +96,8 @@ def report(result: dict[str, object]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tracing", description=__doc__.splitlines()[0])
-    parser.add_argument("--blocks", type=int, default=8)
-    parser.add_argument("--per-block", type=int, default=60)
+    parser.add_argument("--blocks", type=int, default=12)
+    parser.add_argument("--per-block", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--result-file", type=Path)
     args = parser.parse_args(argv)
