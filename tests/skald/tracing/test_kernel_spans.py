@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from loop import tracing
+from loop.context import ContextBuilder
 from loop.driver import admit_exchange, drive_exchange, run_turns_keyed
 from loop.models import Exchange, ToolCall, ToolCallStatus
 from loop.outcomes import AwaitingHuman, Completed
@@ -25,6 +26,7 @@ from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
 from loop.recovery import recover_exchange, resolve_pending
 from loop.tools.registry import FunctionTool, ToolRegistry
 from skald.tracing import configure, otel
+from tests.loop.compaction.conftest import SMALL, scripted_model
 from tests.loop.conftest import ECHO
 from tests.loop.fakes import ScriptedGate
 from tests.loop.test_delegation import Delegate, TreeProvider, agent
@@ -229,3 +231,18 @@ def test_a_denied_call_says_so(make_env, spans):
     denied = one(spans, "execute_tool echo")
     assert attrs(denied)["skald.gate.verdict"] == "deny"
     assert attrs(denied)["skald.tool.outcome"] == ToolCallStatus.REJECTED
+
+
+def test_a_compaction_is_a_span_with_its_probe_score(make_env, spans):
+    env = make_env(scripted_model(), compaction=SMALL, context=ContextBuilder())
+    for number in range(1, 6):
+        run_turns_keyed(env, request_key=f"c{number}", content=f"check {number}")
+
+    compactions = named(spans, "skald.compaction")
+    assert compactions
+    first = attrs(compactions[0])
+    assert first["skald.compaction.reason"] == "tokens" and first["skald.compaction.covered_rows"] > 0
+    assert 0 <= first["skald.compaction.probe_score"] <= 1
+    assert first["skald.compaction.probe_result"] in {"ok", "no_signal", "degraded"}
+    agents = {s.context.span_id for s in named(spans, "invoke_agent")}
+    assert all(parent_of(c) in agents for c in compactions)
