@@ -74,3 +74,19 @@ def test_a_provider_request_carries_the_current_traceparent(
     finally:
         otel.shutdown()
     assert server.requests[-1].headers["traceparent"] == expected
+
+
+@pytest.mark.slow
+def test_a_django_start_without_an_endpoint_never_imports_the_sdk(tmp_path):
+    import subprocess
+    import sys
+
+    from skald.core.child_env import hermetic_env
+
+    code = ("import django, sys; django.setup(); import skald.metrics, skald.tasks; "
+            "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))")
+    env = hermetic_env(SKALD_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="skald.settings")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
