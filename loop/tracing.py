@@ -14,8 +14,7 @@ driver of the exchange (the worker, a resolver, recovery after a crash) continue
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol, TypeVar
 
@@ -147,15 +146,21 @@ def carry(fn: Callable[..., T]) -> Callable[..., T]:
     return tracer.carry(fn) if enabled else fn
 
 
-@contextmanager
-def active(span: Span) -> Iterator[Span]:
+class active:  # lower case: it reads as ``with tracing.active(span):``
     """``span`` current for the block, ended after it (recording an escaping exception)."""
-    restore = tracer.current(span)
-    try:
-        yield span
-    except BaseException as exc:
-        span.fail(type(exc).__name__)
-        raise
-    finally:
-        restore()
-        span.end()
+
+    __slots__ = ("restore", "span")
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+        self.restore: Callable[[], object] = _nothing
+
+    def __enter__(self) -> Span:
+        self.restore = tracer.current(self.span)
+        return self.span
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _tb: object) -> None:
+        if kind is not None:
+            self.span.fail(kind.__name__)
+        self.restore()
+        self.span.end()

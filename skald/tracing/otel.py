@@ -46,7 +46,18 @@ def _kind(name: str) -> SpanKind:
 
 
 def context_of(traceparent: str) -> otel_context.Context:
-    """The context a stored traceparent names (an empty one when it is empty or malformed)."""
+    """The context a stored traceparent names (an empty one when it is empty or malformed). The
+    common shape (version 00, as Skald writes it) is read without the propagator's regex."""
+    parts = traceparent.split("-")
+    if len(parts) == 4 and parts[0] == "00" and len(parts[1]) == 32 and len(parts[2]) == 16 and len(parts[3]) == 2:
+        try:
+            trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
+        except ValueError:
+            return otel_context.Context()
+        if trace_id and span_id:
+            remote = trace.SpanContext(trace_id, span_id, is_remote=True, trace_flags=trace.TraceFlags(flags))
+            return trace.set_span_in_context(trace.NonRecordingSpan(remote), otel_context.Context())
+        return otel_context.Context()
     return _propagator.extract({"traceparent": traceparent}) if traceparent else otel_context.Context()
 
 
@@ -106,7 +117,7 @@ class OtelTracer:
     def start(self, name: str, attributes: tracing.Attributes, *, parent: str | None = None,
               links: Sequence[str] = (), start_time: datetime | None = None) -> tracing.Span:
         context = context_of(parent) if parent is not None else None
-        linked = [Link(c) for c in (span_context_of(t) for t in links if t) if c is not None]
+        linked = [Link(c) for c in (span_context_of(t) for t in links if t) if c is not None] if links else None
         start_ns = int(start_time.timestamp() * 1_000_000_000) if start_time is not None else None
         span = self._tracer.start_span(name, context=context, kind=_kind(name), attributes=attributes,  # type: ignore[arg-type]
                                        links=linked, start_time=start_ns)
@@ -123,9 +134,7 @@ class OtelTracer:
         return _restorer(otel_context.attach(context_of(traceparent)))
 
     def traceparent(self) -> str:
-        carrier: dict[str, str] = {}
-        _propagator.inject(carrier)
-        return carrier.get("traceparent", "")
+        return traceparent_of(trace.get_current_span())
 
     def carry(self, fn: Callable[..., T]) -> Callable[..., T]:
         context = otel_context.get_current()
