@@ -12,13 +12,15 @@ from bench.otlp_receiver import OtlpReceiver
 from loop import tracing
 from loop.cancellation import CancelToken
 from loop.driver import run_turns_keyed
-from loop.providers.base import ProviderRequest, UserMessage
+from loop.providers.base import ProviderRequest, ToolResultMessage, UserMessage
 from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
 from loop.providers.openai_compat import OpenAICompatProvider
-from loop.tools.registry import ToolRegistry
+from loop.tools.registry import FunctionTool, ToolRegistry
 from skald.tracing import configure, endpoint_configured, otel
 from tests.loop.conftest import ECHO
 from tests.loop.providers.fake_openai_server import FakeOpenAIServer, sse, text_chunks
+from tests.loop.test_delegation import TreeProvider
+from tests.skald.tracing.test_kernel_spans import CANARY, CONTENT_KEYS
 
 HELLO = ProviderRequest(system="You are terse.", messages=(UserMessage("hello"),))
 
@@ -48,6 +50,36 @@ def test_a_turn_is_exported_over_otlp_http_to_a_real_receiver(make_env, receiver
     tool = next(s for s in spans if s.name == "execute_tool echo")
     assert tool.attributes["gen_ai.tool.name"] == "echo" and tool.attributes["skald.gate.verdict"] == "allow"
     assert not tracing.enabled
+    assert not [(s.name, key) for s in spans for key in s.attributes if key in CONTENT_KEYS]  # off by default
+
+
+def _leak(arguments, context) -> str:
+    return f"the deploy key is {CANARY}, ask carol@example.com"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_capture_on_no_secret_reaches_the_wire(make_env, receiver, monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    monkeypatch.setenv("SKALD_OTEL_CAPTURE_CONTENT", "1")
+
+    def script(request: ProviderRequest, n: int):
+        if isinstance(request.messages[-1], ToolResultMessage):
+            return text_turn(f"The key {CANARY} is not repeated here.")
+        return tool_turn(("leak", {"text": f"use {CANARY}"}))
+
+    assert configure()
+    try:
+        env = make_env(TreeProvider({"": script}), tools=ToolRegistry([FunctionTool("leak", "Leak.", {"type": "object"},
+                                                                                    _leak)]))
+        run_turns_keyed(env, request_key="canary", content="what is the deploy key? mail bob@example.com")
+    finally:
+        otel.shutdown()
+
+    spans = receiver.received()
+    captured = {key for s in spans for key in s.attributes if key in CONTENT_KEYS}
+    assert captured == CONTENT_KEYS  # capture is on: every kind of content was recorded ...
+    assert receiver.bodies() and not [b for b in receiver.bodies() if CANARY.encode() in b]  # ... and no secret
+    assert not [b for b in receiver.bodies() if b"@example.com" in b]  # PII masked as for a provider
 
 
 def test_without_an_endpoint_nothing_is_installed(monkeypatch):

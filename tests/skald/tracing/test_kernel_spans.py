@@ -35,8 +35,8 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 
 _RNG = random.Random(33)
 CANARY = "AK" + "IA" + "".join(_RNG.choice(string.ascii_uppercase + "234567") for _ in range(16))
-CONTENT_KEYS = ("gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions",
-                "gen_ai.tool.call.arguments", "gen_ai.tool.call.result")
+CONTENT_KEYS = {"gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions",
+                "gen_ai.tool.call.arguments", "gen_ai.tool.call.result"}
 
 
 @pytest.fixture
