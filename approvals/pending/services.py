@@ -99,9 +99,10 @@ def pending_approval_resolve(
                          "rule": approval.rule_id, "arguments_hash": approval.args_hash},
             )
             _announce(approval, resolver_label=f"user:{resolver.pk}", resolver_name=resolver.get_username())
+            # The decision's span first: its continuation may run on commit in this process.
+            transaction.on_commit(lambda: _trace_decision(approval, decision, f"user:{resolver.pk}"))
             work_on_commit("skald.tasks.resolve_pending_call", call.pk, decision, reason[:2000],
                            key=f"resolve:c{call.pk}")
-            transaction.on_commit(lambda: _trace_decision(approval, decision, f"user:{resolver.pk}"))
     if expired_now:
         approvals_expire(request_ids=[approval.request_id])
         raise SkaldError("This approval has expired.", code="approval_expired", http_status=410)

@@ -107,3 +107,39 @@ def test_an_http_mcp_call_carries_the_calls_traceparent(mcp_setup, settings, ali
     calls = [(body, header) for body, header in traced_app[1] if b'"tools/call"' in body]
     assert calls and all(header.startswith(expected) for _body, header in calls)
     assert all(expected.encode() in body for body, _header in calls)  # _meta.traceparent as well
+
+
+def test_a_human_decision_is_a_span_linked_to_the_parked_call(mcp_setup, settings, alice, carol, traced_app, ask,
+                                                               script):
+    from approvals.models import PendingApproval
+    from approvals.pending.services import pending_approval_resolve
+    from loop.models import Exchange
+
+    exporter = InMemorySpanExporter()
+    configure(exporter=exporter)
+    try:
+        settings.SKALD_MCP_ALLOW_CIDRS = "127.0.0.0/8"
+        mcp_server_create(actor=Actor.user(alice), data={
+            "name": "traced", "transport": "http", "url": traced_app[0], "trust": "trusted", "agents": ["*"],
+            "enabled": True})
+        script(tool_turn(("mcp__traced__delete_thing", {"thing": "t1"})), text_turn("deleted"))
+        parked_exchange = ask("delete t1")
+        approval = PendingApproval.objects.get(tool="mcp__traced__delete_thing")
+        pending_approval_resolve(resolver=carol, decision="approve", tool_call_id=approval.tool_call_id)
+    finally:
+        otel.shutdown()
+
+    assert Exchange.objects.get(pk=parked_exchange.pk).outcome == "completed"
+    spans = exporter.get_finished_spans()
+    parked, resumed = sorted((s for s in spans if s.name == "execute_tool mcp__traced__delete_thing"),
+                             key=lambda s: s.start_time)
+    assert parked.attributes["skald.gate.verdict"] == "require" and parked.attributes["skald.gate.rule"]
+    assert approval.traceparent.startswith(f"00-{parked.context.trace_id:032x}-{parked.context.span_id:016x}-")
+    (decision,) = [s for s in spans if s.name == "skald.decision mcp__traced__delete_thing"]
+    assert [link.context.span_id for link in decision.links] == [parked.context.span_id]
+    assert decision.attributes["skald.decision"] == "approve"
+    assert decision.attributes["skald.decision.by"] == f"user:{carol.pk}"
+    assert decision.attributes["skald.gate.rule"] == parked.attributes["skald.gate.rule"]
+    assert decision.context.trace_id == parked.context.trace_id == resumed.context.trace_id
+    assert resumed.attributes["skald.gate.verdict"] == "approved_by_human"
+    assert parked.end_time <= decision.start_time <= resumed.start_time
