@@ -82,7 +82,7 @@ class ApprovalGate:
             batch=f"e{tool_call.exchange.number}:t{tool_call.turn}", tool=call.tool, args=dict(call.arguments),
             args_hash=call.arguments_hash, preview=preview, rule=rule,
             rule_snapshot=rule_snapshot(rule), requested_by_id=scope.user_id, status=ApprovalStatus.PENDING,
-            expires_at=now + ttl, created_at=now,
+            expires_at=now + ttl, created_at=now, traceparent=str(verdict.detail.get("traceparent", ""))[:64],
         )
         audit_append(
             actor=_actor(scope), kind=AuditKind.APPROVAL_REQUESTED, subject_type="approval",

@@ -108,6 +108,8 @@ class PendingApproval(models.Model):
     resolved_at = models.DateTimeField(null=True, blank=True)
     reason = models.TextField(blank=True)
     created_at = models.DateTimeField()
+    # The parked call's span (W3C traceparent, loop.tracing): the decision's span links to it.
+    traceparent = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         ordering = ["-id"]

@@ -2,6 +2,7 @@
 :mod:`bench.kernel` on a fresh SQLite file, then on a fresh PostgreSQL database;
 then :mod:`bench.peer`, the same turn through LangGraph checkpointing to the same databases (in
 its own virtualenv, :mod:`bench.peer_runner`);
+then :mod:`bench.tracing`, the kernel turn with OpenTelemetry on against off;
 then :mod:`bench.stream_latency`, event commit → websocket client, in the embedded and Redis profiles;
 then :mod:`bench.compaction` (a 2,000-turn session: request size and per-turn cost at turns 1, 500,
 1,000 and 2,000) on each database;
@@ -85,6 +86,13 @@ def run_kernel(title: str, env: dict[str, str], result_file: Path) -> Result | s
     figures = run_for_json([sys.executable, "-m", "bench.kernel", "--result-file", str(result_file)], env,
                            result_file, RUN_TIMEOUT_S)
     return figures if isinstance(figures, str) else Result(**figures)  # type: ignore[arg-type]
+
+
+def run_tracing(env: dict[str, str], result_file: Path) -> dict[str, object] | str:
+    """:mod:`bench.tracing`: the kernel turn with tracing on (OTLP/HTTP to a loopback receiver) vs off."""
+    print("\n=== Tracing (issue 33): the kernel turn, OpenTelemetry on vs off, SQLite ===", flush=True)
+    return run_for_json([sys.executable, "-m", "bench.tracing", "--result-file", str(result_file)], env,
+                        result_file, RUN_TIMEOUT_S)
 
 
 def run_stream(profile: str, env: dict[str, str], result_file: Path) -> dict[str, object] | str:
@@ -223,6 +231,7 @@ def main() -> int:
         streams["redis"] = f"unreachable: {problem}" if problem else run_stream(
             "redis", {**_env(Path(tmp) / "stream-redis", STREAM_POSTGRES_URL), "REDIS_URL": STREAM_REDIS_URL},
             Path(tmp) / "stream-r.json")
+        tracing = run_tracing(_env(Path(tmp) / "tracing"), Path(tmp) / "tracing.json")
         compaction = {"SQLite": run_compaction("SQLite (fresh file, WAL)", _env(Path(tmp) / "c-sqlite"))}
         if not isinstance(results["PostgreSQL"], str) and not recreate_postgres_database(POSTGRES_URL):
             compaction["PostgreSQL"] = run_compaction(f"PostgreSQL ({POSTGRES_URL}, recreated)",
@@ -237,6 +246,7 @@ def main() -> int:
     failed = [name for name, value in [*results.items(), *streams.items(), ("scale", scale)]
               if isinstance(value, str) and not value.startswith("unreachable")]
     failed += [f"compaction on {name}" for name, problem in compaction.items() if problem]
+    failed += ["tracing"] if isinstance(tracing, str) else []
     if run_load() != 0:
         failed.append("load test")
     return 1 if failed else 0

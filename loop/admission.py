@@ -3,9 +3,10 @@ policy. Admission and driving are separate so the web process admits and a worke
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from loop import tracing
 from loop.env import LoopEnv
 from loop.errors import HarnessError, HookError
 from loop.failpoints import failpoint
@@ -35,7 +36,8 @@ def run_hook(env: LoopEnv, point: HookPoint, exchange_id: int | None, detail: Ma
 
 
 def admit_exchange(
-    env: LoopEnv, *, request_key: str, content: str, author: str = "", claim_token: str = ""
+    env: LoopEnv, *, request_key: str, content: str, author: str = "", claim_token: str = "",
+    trace_links: Sequence[str] = (),
 ) -> tuple[Exchange, bool]:
     """Idempotent admission (SPEC L4): ``loop.before_start`` policy, tripwires, then the stored row.
 
@@ -46,6 +48,22 @@ def admit_exchange(
         HookError: the start policy denied it.
         AdmissionRefused: another exchange of the session is still active.
     """
+    if not tracing.enabled:
+        return _admit(env, request_key=request_key, content=content, author=author, claim_token=claim_token)
+    span = tracing.tracer.start("skald.admission", {
+        "skald.session.id": env.scope.session_id, "gen_ai.agent.name": env.agent.name,
+        "gen_ai.conversation.id": str(env.scope.session_id), "skald.source": env.scope.source},
+        links=trace_links)
+    with tracing.active(span):
+        exchange, replayed = _admit(env, request_key=request_key, content=content, author=author,
+                                    claim_token=claim_token, traceparent=span.traceparent())
+        span.set({"skald.exchange.id": exchange.pk, "skald.exchange.number": exchange.number,
+                  "skald.admission.replayed": replayed})
+    return exchange, replayed
+
+
+def _admit(env: LoopEnv, *, request_key: str, content: str, author: str, claim_token: str, traceparent: str = ""
+           ) -> tuple[Exchange, bool]:
     if env.hooks.configured(HookPoint.BEFORE_START):
         # An exact retry is answered before the policy runs: it admits nothing. Without a policy
         # the store's own admission answers it, in the same query that checks the session.
@@ -61,7 +79,7 @@ def admit_exchange(
         config={"bounds": env.bounds.as_dict(), "agent": env.agent.name, "provider": env.provider.name,
                 "principal": env.principal,  # whose turn: later drivers rebuild the scope from it
                 "budget_tokens": env.bounds.budget_tokens},
-        author=author, claim_token=claim_token,
+        author=author, claim_token=claim_token, traceparent=traceparent,
     )
     if not admission.replayed:
         failpoint("loop.after_admission")

@@ -4,6 +4,7 @@ live deltas, per-call token metering."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from loop.budgets import DispatchAuthority
@@ -73,6 +74,7 @@ def dispatch(
     if cancel.cancelled:  # rechecked immediately before the send
         raise DispatchCanceled(cancel.reason)
     turn = AssembledTurn()
+    started = time.perf_counter()
     parts: list[str] = []
     calls: dict[int, dict[str, str]] = {}
     stream = provider.stream(request, cancel=cancel)
@@ -109,4 +111,5 @@ def dispatch(
         authority.settle(None, None)
         raise ProviderError("the stream ended without a message end", code="provider_incomplete")
     authority.settle(turn.input_tokens, turn.output_tokens)
+    turn.duration_ms = round((time.perf_counter() - started) * 1000)
     return turn

@@ -8,12 +8,14 @@ both in one call (tests, benchmarks, in-process callers).
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 
+from loop import tracing
 from loop.admission import InputRefused, admit_exchange, run_hook
 from loop.budgets import BudgetRefused, DispatchAuthority
 from loop.cancellation import CancelToken
@@ -72,12 +74,25 @@ def drive_exchange(
         ClaimRefused: the exchange is not open or another driver holds it.
         LoopError: an infrastructure breach; the exchange is marked broken first.
     """
+    if not tracing.enabled:
+        return _drive(env, exchange, claim_token=claim_token, cancel=cancel, resume=resume, approved=approved)
+    restore = tracing.tracer.resume(exchange.traceparent)  # the admission's trace, in any process
+    try:
+        return _drive(env, exchange, claim_token=claim_token, cancel=cancel, resume=resume, approved=approved)
+    finally:
+        restore()
+
+
+def _drive(env: LoopEnv, exchange: Exchange, *, claim_token: str, cancel: CancelToken | None,
+           resume: Sequence[ToolCall], approved: frozenset[int]) -> ExchangeResult:
     if exchange.status == ExchangeStatus.SETTLED:
         return _replayed(exchange)
     claimed_at_admission = exchange.claim_token == claim_token
     if not claimed_at_admission and not env.store.exchanges.claim(exchange.pk, claim_token):
         raise ClaimRefused(f"exchange {exchange.pk} is not open or is claimed by another driver")
     exchange.claim_token = claim_token
+    if tracing.enabled and not claimed_at_admission:
+        trace_queue(exchange)
     failpoint("loop.after_claim")
     env = fenced(env, exchange.pk, claim_token)
     token = cancel or CancelToken()
@@ -102,6 +117,14 @@ def drive_exchange(
         _mark_broken(env, exchange, code="internal_error", message=repr(exc))
         raise
     return ExchangeResult(exchange.pk, outcome, exchange.receipt)
+
+
+def trace_queue(exchange: Exchange) -> None:
+    """``skald.queue``: the wait from admission until a driver claimed an exchange that has had no
+    model turn yet (a worker's claim, or a recovery's after the first claimer died)."""
+    if exchange.turns == 0:
+        tracing.tracer.start("skald.queue", {"skald.exchange.id": exchange.pk, "skald.session.id": exchange.session_id},
+                             parent=exchange.traceparent or None, start_time=exchange.created_at).end()
 
 
 def fenced(env: LoopEnv, exchange_id: int, claim_token: str) -> LoopEnv:
@@ -154,6 +177,20 @@ def _replayed(exchange: Exchange) -> ExchangeResult:
 
 
 def _loop(drive: FrameDrive, resume: Sequence[ToolCall] = ()) -> RunOutcome:
+    if not tracing.enabled:
+        return _turns(drive, resume)
+    agent, frame = drive.env.agent, drive.frame
+    span = tracing.tracer.start(f"invoke_agent {agent.name}", {
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent.name,
+        "gen_ai.conversation.id": str(drive.exchange.session_id), "gen_ai.provider.name": drive.env.provider.name,
+        "skald.exchange.id": drive.exchange.pk, "skald.frame.depth": frame.depth})
+    with tracing.active(span):
+        outcome = _turns(drive, resume)
+        span.set({"skald.outcome": outcome.name})
+    return outcome
+
+
+def _turns(drive: FrameDrive, resume: Sequence[ToolCall]) -> RunOutcome:
     if resume:  # what a crash or a human left unfinished completes its round first
         ended = tool_round(drive, [(call, parsed_from_row(call)) for call in resume])
         if not isinstance(ended, RunAgain):
@@ -310,8 +347,12 @@ class FrameDrive:
                                       metadata={"session": exchange.session_id, "exchange": exchange.number,
                                                 "turn": turn, "step": self.steps + 1,
                                                 "narrative": self.frame.narrative})
-            reply = dispatch(env.provider, request, authority=self.authority, cancel=self.token,
-                             request_cap=env.bounds.request_cap, on_text=self._live_text(turn), messages_size=size)
+            if tracing.enabled:
+                reply = self._traced_dispatch(request, turn, size)
+            else:
+                reply = dispatch(env.provider, request, authority=self.authority, cancel=self.token,
+                                 request_cap=env.bounds.request_cap, on_text=self._live_text(turn),
+                                 messages_size=size)
             self.steps += 1
             return reply
         except BudgetRefused as exc:
@@ -320,6 +361,24 @@ class FrameDrive:
             return Canceled(str(exc) or "stop requested")
         except ProviderError as exc:
             return ProviderFailed(code=exc.code, message=str(exc))
+
+    def _traced_dispatch(self, request: ProviderRequest, turn: int, size: int) -> AssembledTurn:
+        """The dispatch inside a ``chat {model}`` span (GenAI semconv)."""
+        env = self.env
+        model = model_name(env.provider)
+        span = tracing.tracer.start(f"chat {model}", {
+            "gen_ai.operation.name": "chat", "gen_ai.provider.name": env.provider.name,
+            "gen_ai.request.model": model, "skald.turn": turn})
+        with tracing.active(span):
+            if span.capturing:  # the texts are built only to be recorded
+                span.content("gen_ai.system_instructions", request.system)
+                span.content("gen_ai.input.messages", messages_text(request))
+            reply = dispatch(env.provider, request, authority=self.authority, cancel=self.token,
+                             request_cap=env.bounds.request_cap, on_text=self._live_text(turn), messages_size=size)
+            span.set(chat_attributes(model, reply))
+            if span.capturing:
+                span.content("gen_ai.output.messages", reply_text(reply))
+        return reply
 
     def message_end(self, turn: int, reply: AssembledTurn, *, journal: int) -> list[tuple[ToolCall, ParsedCall]]:
         failpoint("loop.before_message_end")
@@ -381,6 +440,33 @@ class FrameDrive:
             bus.delta(session_id, {"type": "turn.delta", "exchange": exchange_id, "turn": turn, "text": text})
 
         return send
+
+
+def model_name(provider: object) -> str:
+    """The model a provider asks for (its profile's), else its name."""
+    return str(getattr(provider, "model", None) or getattr(provider, "name", "?"))
+
+
+def chat_attributes(model: str, reply: AssembledTurn) -> dict[str, str | int | Sequence[str]]:
+    attributes: dict[str, str | int | Sequence[str]] = {"gen_ai.response.model": model}
+    if reply.input_tokens is not None:
+        attributes["gen_ai.usage.input_tokens"] = reply.input_tokens
+    if reply.output_tokens is not None:
+        attributes["gen_ai.usage.output_tokens"] = reply.output_tokens
+    if reply.finish_reason is not None:
+        attributes["gen_ai.response.finish_reasons"] = (reply.finish_reason,)
+    return attributes
+
+
+def messages_text(request: ProviderRequest) -> str:
+    """The request's messages as JSON text (what content capture records, after the product's screen)."""
+    return json.dumps([{"role": m.role, "content": m.content} for m in request.messages], ensure_ascii=False)
+
+
+def reply_text(reply: AssembledTurn) -> str:
+    return json.dumps([{"role": "assistant", "content": reply.text,
+                        "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments}
+                                       for c in reply.tool_calls]}], ensure_ascii=False)
 
 
 def _handoff(question: str) -> Parker:

@@ -72,6 +72,7 @@ class AssistantPayload(_Payload):
     finish_reason: str = "stop"
     input_tokens: int | None = None
     output_tokens: int | None = None
+    duration_ms: int | None = None  # the provider call, send to message end (gen_ai.client.operation.duration)
 
 
 class ToolResultPayload(_Payload):

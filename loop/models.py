@@ -70,6 +70,8 @@ class Exchange(models.Model):
     returned_tokens = models.PositiveBigIntegerField(default=0)
     accounting_incomplete = models.BooleanField(default=False)
     config = models.JSONField(default=dict, blank=True)
+    # The W3C trace context of the admission (loop.tracing): every later driver continues its trace.
+    traceparent = models.CharField(max_length=64, blank=True, default="")
     receipt = models.JSONField(null=True, blank=True)
     error_code = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField()

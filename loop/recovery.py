@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from typing import Literal
 
+from loop import tracing
 from loop.cancellation import CancelToken
 from loop.cascade import INTERRUPTED_RESULT, UNFINISHED, cascade, finish_calls, reap
-from loop.driver import WAITING, FrameDrive, LoopEnv, drive_exchange, fenced, park_tree
+from loop.driver import WAITING, FrameDrive, LoopEnv, drive_exchange, fenced, park_tree, trace_queue
 from loop.errors import HarnessError, LeaseLost, LoopError
 from loop.failpoints import failpoint
 from loop.models import Exchange, ExchangeStatus, ToolCall, ToolCallStatus
@@ -103,7 +104,18 @@ def _continue_parked(
 ) -> ExchangeResult:
     """A claimed exchange (parked, or open with a lapsed lease): finish the frame tree's unfinished
     calls (:mod:`loop.cascade`), then close it, leave it parked (released) while a call still waits
-    for a human, or cascade up the tree and drive the root on."""
+    for a human, or cascade up the tree and drive the root on. Its spans continue the exchange's
+    trace (the stored traceparent), whichever process this is."""
+    if not tracing.enabled:
+        return _continue(env, exchange, claim_token=claim_token, close=close)
+    restore = tracing.tracer.resume(exchange.traceparent)
+    try:
+        return _continue(env, exchange, claim_token=claim_token, close=close)
+    finally:
+        restore()
+
+
+def _continue(env: LoopEnv, exchange: Exchange, *, claim_token: str, close: str | None) -> ExchangeResult:
     env = fenced(env, exchange.pk, claim_token)
     store, token = env.store, CancelToken()
     exchange.claim_token = claim_token
@@ -177,7 +189,10 @@ def recover_exchange(env: LoopEnv, exchange_id: int, *, claim_token: str) -> Exc
     store = env.store
     if not store.exchanges.claim_for_recovery(exchange_id, claim_token, principal=env.principal):
         return None
-    return _continue_parked(env, store.exchanges.get(exchange_id), claim_token=claim_token)
+    exchange = store.exchanges.get(exchange_id)
+    if tracing.enabled:
+        trace_queue(exchange)
+    return _continue_parked(env, exchange, claim_token=claim_token)
 
 
 def repair_dangling(env: LoopEnv, exchange: Exchange, *, reason: str) -> int:

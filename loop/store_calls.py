@@ -77,6 +77,8 @@ class CallLog:
             "input_tokens": assembled.input_tokens,
             "output_tokens": assembled.output_tokens,
         }
+        if assembled.duration_ms is not None:
+            payload["duration_ms"] = assembled.duration_ms
         now = self.journal.now()
         seq = self.journal.append(
             exchange.session_id, EventKind.ASSISTANT, payload,

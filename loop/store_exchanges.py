@@ -63,6 +63,7 @@ class ExchangeLog:
         config: Mapping[str, Any],
         author: str = "",
         claim_token: str = "",
+        traceparent: str = "",
     ) -> Admission:
         """Admit a request idempotently (SPEC L4): an exact retry returns the stored exchange and
         writes nothing; another active exchange on the session refuses (:class:`SessionBusy`,
@@ -71,7 +72,8 @@ class ExchangeLog:
         for attempt in range(3):
             try:
                 exchange = self._insert(session_id=session_id, request_key=request_key, content=content,
-                                        principal=principal, config=config, author=author, claim_token=claim_token)
+                                        principal=principal, config=config, author=author, claim_token=claim_token,
+                                        traceparent=traceparent)
             except IntegrityError:
                 # An exchange with this key exists (an exact retry, perhaps a concurrent one that won
                 # the race) or another exchange of the session is active; nothing was written.
@@ -88,7 +90,7 @@ class ExchangeLog:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _insert(self, *, session_id: int, request_key: str, content: str, principal: str, config: Mapping[str, Any],
-                author: str, claim_token: str) -> Exchange:
+                author: str, claim_token: str, traceparent: str = "") -> Exchange:
         """The new exchange, its user row and audit row in one transaction. Nothing is looked up
         first: the constraints refuse a repeated request key and a second active exchange of the
         session (``IntegrityError``), so a fresh admission costs no query for them."""
@@ -97,7 +99,8 @@ class ExchangeLog:
             self.journal.seed_seq(session_id, session.last_seq)
             now = self.journal.now()
             exchange = rows.create_exchange(session, request_key=request_key, content=content, config=config,
-                                            claim_token=claim_token, now=now, lease_until=now + self.lease)
+                                            claim_token=claim_token, now=now, lease_until=now + self.lease,
+                                            traceparent=traceparent)
             self.journal.set_session_counter(session_id, "exchange_count", exchange.number)
             payload = {"content": content, "author": author}
             seq = self.journal.append(session_id, EventKind.USER, payload, f"s{session_id}:e{exchange.number}:user",

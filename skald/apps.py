@@ -7,10 +7,11 @@ class SkaldConfig(AppConfig):
     verbose_name = "Skald"
 
     def ready(self) -> None:
-        from skald import checks, dbpool, wiring  # noqa: F401  (checks register themselves)
+        from skald import checks, dbpool, tracing, wiring  # noqa: F401  (checks register themselves)
 
         wiring.install()
         dbpool.install()
+        tracing.configure()  # OpenTelemetry only when an OTLP endpoint is configured
 
 
 class SkaldAdminConfig(admin_apps.AdminConfig):

@@ -23,6 +23,7 @@ from loop.models import Exchange, ExchangeStatus, SessionEvent
 from skald import backpressure, dbpool
 from skald.jobs.models import JobRun
 from skald.jobs.selectors import tree_spends
+from skald.tracing import metrics as genai_metrics
 
 
 class StoreCollector(Collector):
@@ -55,6 +56,7 @@ class StoreCollector(Collector):
         yield from _hook_families()
         yield from _compaction_families()
         yield from _job_families()
+        yield from genai_metrics.collect()  # gen_ai.client.token.usage, gen_ai.client.operation.duration
 
         yield from _this_process()
 

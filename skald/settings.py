@@ -68,6 +68,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",  # a locked-out admin/console sign-in → the generic lockout page
+    "skald.tracing.middleware.TraceContextMiddleware",  # a caller's traceparent parents the admission span
 ]
 
 ROOT_URLCONF = "skald.urls"
@@ -440,10 +441,18 @@ SKALD_MCP_CALL_TIMEOUT_SECONDS = envint("SKALD_MCP_CALL_TIMEOUT_SECONDS", 60, mi
 # a partial profile fails the skald.E001 system check, so `manage.py check` refuses to boot.
 SKALD_PROVIDER_ENV = {k: v for k, v in os.environ.items() if k.startswith("BRAIN_GDL_PROVIDER_")}
 
+def _tracing_on() -> bool:
+    from skald.tracing import endpoint_configured  # reads only the environment
+
+    return endpoint_configured()
+
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    # With tracing on (docs/observability.md) every record carries its span (skald.tracing.logs).
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s" + (
+        " trace_id=%(trace_id)s span_id=%(span_id)s" if _tracing_on() else "")}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": envstr("SKALD_LOG_LEVEL", "INFO")},
     "loggers": {"django_q": {"level": "WARNING"}},

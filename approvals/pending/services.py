@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, Literal
 
 from django.conf import settings
@@ -16,11 +17,13 @@ from approvals.models import ApprovalStatus, PendingApproval
 from audit.actors import Actor
 from audit.kinds import AuditKind
 from audit.services import audit_append
+from loop import tracing
 from loop.digest import arguments_hash
 from skald.core import clock
 from skald.core.errors import Conflict, Forbidden, NotFound, SkaldError
 from skald.core.roles import Role, has_role
 from skald.loop_adapters.work import work_on_commit
+from skald.tracing.spans import decision_span
 
 Decision = Literal["approve", "reject"]
 
@@ -96,6 +99,8 @@ def pending_approval_resolve(
                          "rule": approval.rule_id, "arguments_hash": approval.args_hash},
             )
             _announce(approval, resolver_label=f"user:{resolver.pk}", resolver_name=resolver.get_username())
+            # The decision's span first: its continuation may run on commit in this process.
+            transaction.on_commit(lambda: _trace_decision(approval, decision, f"user:{resolver.pk}"))
             work_on_commit("skald.tasks.resolve_pending_call", call.pk, decision, reason[:2000],
                            key=f"resolve:c{call.pk}")
     if expired_now:
@@ -125,10 +130,21 @@ def approvals_expire(*, request_ids: Sequence[Any] | None = None) -> int:
                          subject_id=str(approval.request_id),
                          payload={"tool_call": approval.tool_call_id, "expires_at": approval.expires_at.isoformat()})
             _announce(approval, resolver_label="system:expiry", resolver_name="nobody (it expired)")
+            transaction.on_commit(partial(_trace_decision, approval, "expire", "system:expiry"))
             work_on_commit("skald.tasks.resolve_pending_call", approval.tool_call_id, "expire", "",
                            key=f"resolve:c{approval.tool_call_id}")
             expired += 1
     return expired
+
+
+def _trace_decision(approval: PendingApproval, decision: str, decided_by: str) -> None:
+    """The decision's span, once it is committed (skald.tracing; nothing while tracing is off)."""
+    if not tracing.enabled:
+        return
+    call = approval.tool_call
+    decision_span(exchange_traceparent=call.exchange.traceparent, call_traceparent=approval.traceparent,
+                  tool=approval.tool, call_key=call.call_key, decision=decision, decided_by=decided_by,
+                  parked_at=approval.created_at, decided_at=approval.resolved_at or clock.now(), rule=approval.rule_id)
 
 
 def _announce(approval: PendingApproval, *, resolver_label: str, resolver_name: str) -> None:

@@ -23,11 +23,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from loop import tracing
 from loop.bounds import truncate_output
 from loop.budgets import DispatchAuthority
 from loop.cancellation import CancelToken
 from loop.compaction.manifest import build_manifest
-from loop.compaction.policy import CompactionPolicy, plan_compaction, under_pressure
+from loop.compaction.policy import CompactionPolicy, Plan, plan_compaction, under_pressure
 from loop.compaction.probes import ProbeReport, draw_probes, score
 from loop.compaction.prompt import render_transcript, summary_request
 from loop.compaction.tokens import count_tokens
@@ -142,6 +143,23 @@ def run_cycle(env: CycleEnv, exchange: Exchange, state: EpisodeState, *, authori
         state.denied = True
         return Cycle("denied", view)
 
+    if not tracing.enabled:
+        return _compact(env, exchange, state, plan, authority=authority, cancel=cancel)
+    span = tracing.tracer.start("skald.compaction", {
+        "gen_ai.agent.name": env.agent, "skald.exchange.id": exchange.pk, "skald.narrative": env.narrative,
+        "skald.compaction.reason": plan.reason, "skald.compaction.covered_rows": len(plan.covered),
+        "skald.compaction.window_tokens": view.tokens})
+    with tracing.active(span):
+        cycle = _compact(env, exchange, state, plan, authority=authority, cancel=cancel)
+        if cycle.report is not None:
+            report = cycle.report  # the probe score: the share of probe facts the summary kept
+            span.set({"skald.compaction.probe_score": 1 - report.lost_permille / 1000,
+                      "skald.compaction.probe_result": report.result, "skald.compaction.probes": len(report.probes)})
+    return cycle
+
+
+def _compact(env: CycleEnv, exchange: Exchange, state: EpisodeState, plan: Plan, *,
+             authority: DispatchAuthority, cancel: CancelToken) -> Cycle:
     messages = [item.message for item in plan.covered if item.message is not None]
     transcript = render_transcript(messages, clear_over=env.policy.clear_tool_results_over)
     request = summary_request(transcript, max_output_tokens=env.policy.summary_max_tokens,

@@ -142,6 +142,7 @@ class AssembledTurn:
     input_tokens: int | None = None
     output_tokens: int | None = None
     finish_reason: str | None = None
+    duration_ms: int | None = None  # measured by the dispatch seam
 
     @property
     def ended(self) -> bool:

@@ -18,6 +18,7 @@ from typing import Any, TypeGuard
 
 import httpx
 
+from loop import tracing
 from loop.cancellation import CancelToken
 from loop.errors import ProviderError
 from loop.providers.base import (
@@ -309,6 +310,11 @@ class OpenAICompatProvider:
     def __repr__(self) -> str:
         return f"OpenAICompatProvider(name={self.name!r})"
 
+    @property
+    def model(self) -> str:
+        """The model every request asks for (the profile's)."""
+        return self._profile.model
+
     def stream(self, request: ProviderRequest, *, cancel: CancelToken) -> Iterator[Delta]:
         """Stream one assistant turn.
 
@@ -376,7 +382,7 @@ class OpenAICompatProvider:
         return f"https://{shown}:{self._endpoint.port}{self._endpoint.path}/chat/completions"
 
     def _headers(self, secret: str) -> dict[str, str]:
-        return {
+        headers = {
             "Host": self._endpoint.host_header,
             "Authorization": f"Bearer {secret}",
             "Content-Type": "application/json",
@@ -384,6 +390,9 @@ class OpenAICompatProvider:
             "Accept-Encoding": "identity",  # compressed SSE would be buffered, not streamed
             "User-Agent": "skald-openai-compat/1",
         }
+        if tracing.enabled and (traceparent := tracing.tracer.traceparent()):
+            headers["traceparent"] = traceparent  # the provider's own spans join the turn's trace
+        return headers
 
     def _ssl_context(self) -> ssl.SSLContext:
         return ssl_context(self._profile.ca_file or "")

@@ -89,7 +89,7 @@ def _insert_parts(obj: Exchange | Frame, *, skip: str = "") -> tuple[str, list[A
 
 def create_exchange(
     session: Session, *, request_key: str, content: str, config: Mapping[str, Any], claim_token: str, now: datetime,
-    lease_until: datetime,
+    lease_until: datetime, traceparent: str = "",
 ) -> Exchange:
     """The session's next exchange with its root frame (``exchange.root``); the session is locked
     and the caller stores the new ``exchange_count``. One statement on PostgreSQL, two on SQLite."""
@@ -98,6 +98,7 @@ def create_exchange(
         session_id=session.pk, number=number, request_key=request_key, input=content, status=ExchangeStatus.OPEN,
         config=dict(config), created_at=now, budget_tokens=config.get("budget_tokens"), claim_token=claim_token,
         claimed_at=now if claim_token else None, lease_until=lease_until if claim_token else None,
+        traceparent=traceparent,
     )
     frame = Frame(session_id=session.pk, depth=0, agent=session.agent, created_at=now)
     columns, values = _insert_parts(exchange)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from loop import tracing
 from loop.bounds import truncate_output
 from loop.cancellation import CancelToken
 from loop.errors import HumanNeeded, InfrastructureError, ToolError
@@ -82,7 +83,7 @@ def run_tool(tool: Tool, arguments: Mapping[str, Any], context: ToolContext) -> 
         finally:
             release_thread()
 
-    done = threads.start(f"tool:{tool.name}", target)
+    done = threads.start(f"tool:{tool.name}", tracing.carry(target))
     if not done.wait(context.timeout):
         call_token.cancel("tool timeout")
         done.wait(1.0)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from loop import tracing
 from loop.bounds import Bounds
 from loop.cancellation import CancelToken
 from loop.errors import ToolError
@@ -52,28 +53,59 @@ class RoundEnv:
     link: CallingFrame | None = None  # the calling frame (a loop.frame_link.FrameLink), handed to delegates
 
 
+_OFF = tracing.NOOP.start("", {})  # the span a call has when tracing is off
+
+
 def gate_call(call: ToolCall) -> GateCall:
     return GateCall(call_id=call.pk, key=call.call_key, tool=call.tool, arguments=call.arguments,
                     arguments_hash=call.arguments_hash)
 
 
-def _settle(env: RoundEnv, call: ToolCall, outcome: ToolOutcome, result: RoundResult) -> None:
+def _settle(env: RoundEnv, call: ToolCall, outcome: ToolOutcome, result: RoundResult,
+            span: tracing.Span = _OFF) -> None:
     """Record an executed call's outcome, or set it aside as a handoff to a human."""
-    if outcome.status == ToolCallStatus.AWAITING_HUMAN and outcome.nested:
-        result.nested.extend(outcome.nested)
-        return
     if outcome.status == ToolCallStatus.AWAITING_HUMAN:
-        result.handoffs.append((call, outcome.content))
+        if outcome.nested:
+            result.nested.extend(outcome.nested)
+        else:
+            result.handoffs.append((call, outcome.content))
+        if tracing.enabled:  # the call's span ends where the call starts waiting for a human
+            span.set({"skald.tool.outcome": ToolCallStatus.AWAITING_HUMAN})
+            span.end()
         return
-    _record(env, call, outcome)
+    _record(env, call, outcome, span)
     result.executed += 1
 
 
-def _record(env: RoundEnv, call: ToolCall, outcome: ToolOutcome) -> None:
+def _record(env: RoundEnv, call: ToolCall, outcome: ToolOutcome, span: tracing.Span = _OFF) -> None:
     env.store.calls.record_result(call, status=outcome.status, content=outcome.content, is_error=outcome.is_error,
                                   truncated=outcome.truncated, principal=env.principal, narrative=env.narrative,
                                   withheld=outcome.withheld, subagent=outcome.subagent)
+    if tracing.enabled:
+        span.set({"skald.tool.outcome": outcome.status})
+        if outcome.withheld:
+            span.set({"skald.tool.withheld": outcome.withheld})
+        if outcome.is_error:
+            span.fail(outcome.status)
+        span.content("gen_ai.tool.call.result", outcome.content)
+        span.end()
     failpoint("loop.after_tool_result")
+
+
+def _tool_span(env: RoundEnv, call: ToolCall, parsed: ParsedCall) -> tracing.Span:
+    """``execute_tool {tool}`` (GenAI semconv) with Skald's kind of tool and, for MCP, its server."""
+    tool = env.tools.get(call.tool)
+    kind = str(getattr(tool, "trace_kind", "builtin")) if tool is not None else "unknown"
+    attributes: dict[str, str | int] = {
+        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call.tool, "gen_ai.tool.call.id": call.call_key,
+        "gen_ai.tool.type": "extension" if kind == "mcp" else "function", "skald.tool.kind": kind,
+        "skald.tool_call.id": call.pk}
+    server = getattr(tool, "server", None)
+    if kind == "mcp" and server:
+        attributes["skald.mcp.server"] = str(server)
+    span = tracing.tracer.start(f"execute_tool {call.tool}", attributes)
+    span.content("gen_ai.tool.call.arguments", parsed.raw_arguments)
+    return span
 
 
 def runs_concurrently(tools: Sequence[Tool | None]) -> bool:
@@ -92,7 +124,8 @@ def journal_upfront(tools: ToolRegistry, names: Sequence[str]) -> int:
 
 
 def _prepare(
-    env: RoundEnv, call: ToolCall, parsed: ParsedCall, result: RoundResult, *, skip_gate: bool = False
+    env: RoundEnv, call: ToolCall, parsed: ParsedCall, result: RoundResult, *, skip_gate: bool = False,
+    span: tracing.Span = _OFF,
 ) -> Tool | None:
     """Intent, look-up, gate and validation. Returns the tool when the call may execute now."""
     if call.status != ToolCallStatus.RUNNING:  # the first calls were journaled with the message end
@@ -101,33 +134,56 @@ def _prepare(
     tool = env.tools.get(call.tool)
     if tool is None:
         _record(env, call, ToolOutcome(ToolCallStatus.FAILED, f"tool error (unknown_tool): no tool named "
-                                       f"{call.tool!r} is available to this agent", True))
+                                       f"{call.tool!r} is available to this agent", True), span)
         return None
-    if not skip_gate:
+    if skip_gate:
+        if tracing.enabled:
+            span.set({"skald.gate.verdict": "approved_by_human"})
+    else:
         request = gate_call(call)
         verdict = env.gate.check(request, env.scope)
+        if tracing.enabled:
+            span.set(_verdict_attributes(verdict))
         if verdict.action == "deny":
             reason = verdict.reason or "no rule allows it"
-            _record(env, call, ToolOutcome(ToolCallStatus.REJECTED, f"denied by the approval gate: {reason}", True))
+            _record(env, call, ToolOutcome(ToolCallStatus.REJECTED, f"denied by the approval gate: {reason}", True),
+                    span)
             return None
         if verdict.action == "require":
+            if tracing.enabled:  # the span ends at the park; the decision's span links to it
+                verdict = replace(verdict, detail={**verdict.detail, "traceparent": span.traceparent()})
+                span.set({"skald.tool.outcome": ToolCallStatus.AWAITING_HUMAN})
+                span.end()
             result.parked.append((call, request, verdict))
             return None
     try:
         validate_arguments(tool.parameters, parsed.arguments)
     except ToolError as exc:
-        _record(env, call, ToolOutcome(ToolCallStatus.FAILED, f"tool error ({exc.code}): {exc}", True))
+        _record(env, call, ToolOutcome(ToolCallStatus.FAILED, f"tool error ({exc.code}): {exc}", True), span)
         return None
     return tool
 
 
-def _execute(env: RoundEnv, call: ToolCall, tool: Tool, arguments: Mapping[str, Any], cancel: CancelToken
-             ) -> ToolOutcome:
+def _verdict_attributes(verdict: GateVerdict) -> dict[str, str | int]:
+    attributes: dict[str, str | int] = {"skald.gate.verdict": verdict.action}
+    if verdict.rule_id is not None:
+        attributes["skald.gate.rule"] = verdict.rule_id
+    return attributes
+
+
+def _execute(env: RoundEnv, call: ToolCall, tool: Tool, arguments: Mapping[str, Any], cancel: CancelToken,
+             span: tracing.Span = _OFF) -> ToolOutcome:
     # A tool may declare its own timeout (None: none at all, as a delegate does).
     timeout = getattr(tool, "timeout", env.bounds.tool_timeout)
     context = ToolContext(scope=env.scope, call_key=call.call_key, cancel=cancel.child(), timeout=timeout,
                           call_id=call.pk, frame=env.link, fence=env.store.journal.fence)
-    return execute_tool(tool, arguments, context, output_cap=env.bounds.tool_output_cap, detector=env.detector)
+    if not tracing.enabled:
+        return execute_tool(tool, arguments, context, output_cap=env.bounds.tool_output_cap, detector=env.detector)
+    restore = tracing.tracer.current(span)  # a child frame, the provider and MCP requests nest under the call
+    try:
+        return execute_tool(tool, arguments, context, output_cap=env.bounds.tool_output_cap, detector=env.detector)
+    finally:
+        restore()
 
 
 def _cancel_rest(env: RoundEnv, calls: Sequence[tuple[ToolCall, ParsedCall]], reason: str) -> None:
@@ -148,29 +204,30 @@ def run_round(
     ``max_parallel_calls`` at once) and records them in call order."""
     result = RoundResult()
     concurrent = runs_concurrently([env.tools.get(call.tool) for call, _ in calls])
-    ready: list[tuple[ToolCall, Tool, Mapping[str, Any]]] = []
+    ready: list[tuple[ToolCall, Tool, Mapping[str, Any], tracing.Span]] = []
     for position, (call, parsed) in enumerate(calls):
         if cancel.cancelled:  # checked before each tool call
             _cancel_rest(env, calls[position:], cancel.reason)
             result.canceled = True
             return result
-        tool = _prepare(env, call, parsed, result, skip_gate=call.pk in skip_gate_for)
+        span = _tool_span(env, call, parsed) if tracing.enabled else _OFF
+        tool = _prepare(env, call, parsed, result, skip_gate=call.pk in skip_gate_for, span=span)
         if tool is None:
             continue
         if concurrent:
-            ready.append((call, tool, parsed.arguments or {}))
+            ready.append((call, tool, parsed.arguments or {}, span))
         else:
-            _settle(env, call, _execute(env, call, tool, parsed.arguments or {}, cancel), result)
+            _settle(env, call, _execute(env, call, tool, parsed.arguments or {}, cancel, span), result, span)
     if ready:
 
-        def execute(item: tuple[ToolCall, Tool, Mapping[str, Any]]) -> ToolOutcome:
-            call, tool, arguments = item
-            return _execute(env, call, tool, arguments, cancel)
+        def execute(item: tuple[ToolCall, Tool, Mapping[str, Any], tracing.Span]) -> ToolOutcome:
+            call, tool, arguments, span = item
+            return _execute(env, call, tool, arguments, cancel, span)
 
         with ThreadPoolExecutor(max_workers=max(1, env.bounds.max_parallel_calls),
                                 thread_name_prefix="fanout") as pool:
             outcomes = list(pool.map(execute, ready))
-        for (call, _tool, _arguments), outcome in zip(ready, outcomes, strict=True):
-            _settle(env, call, outcome, result)
+        for (call, _tool, _arguments, span), outcome in zip(ready, outcomes, strict=True):
+            _settle(env, call, outcome, result, span)
     result.canceled = cancel.cancelled
     return result

@@ -68,8 +68,11 @@ def run_job(job_id: int) -> str:
     exchange: Exchange | None = None
     try:
         env = job_env(job, run)
+        # A task's trace is its own, linked to the call that spawned it (not nested: it outlives it).
+        parent = str(job.scope_extras.get("traceparent") or "")
         exchange, _ = admit_exchange(env, request_key=job_request_key(job, run.number), content=job.task,
-                                     author=f"agent:{job.scope_extras.get('gate_agent') or 'cron'}")
+                                     author=f"agent:{job.scope_extras.get('gate_agent') or 'cron'}",
+                                     trace_links=(parent,) if parent else ())
         JobRun.objects.filter(pk=run.pk).update(exchange=exchange)  # a link for the admin, not a state change
         if ScheduledJob.objects.filter(pk=job.pk, cancel_requested_at__isnull=False).exists():
             env.store.exchanges.request_cancel(exchange.pk, principal=env.principal)  # cancelled before it was admitted

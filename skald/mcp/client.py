@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import json
 import logging
 import os
 import signal
@@ -30,7 +31,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx2
@@ -41,6 +42,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
+from loop import tracing
 from loop.cancellation import CancelToken
 from skald.mcp.calls import CallResult, McpCallCancelled, McpCallError, McpUnavailable, Progress, ServerSpec
 from skald.mcp.definitions import Definition
@@ -193,7 +195,8 @@ class _Connection:
             return _stdio(self.spec, self.process)
         transport = _Pinned(httpx2.URL(self.spec.url).host, self.spec.address) if self.spec.address else None
         client = httpx2.AsyncClient(headers=dict(self.spec.headers), trust_env=False, follow_redirects=False,
-                                    timeout=httpx2.Timeout(30.0, read=300.0), transport=transport)
+                                    timeout=httpx2.Timeout(30.0, read=300.0), transport=transport,
+                                    event_hooks={"request": [_traceparent_header]} if tracing.enabled else None)
         return _http(self.spec.url, client)
 
     async def _message(self, message: Any) -> None:
@@ -227,6 +230,25 @@ class _Pinned(httpx2.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+def _meta(traceparent: str) -> mcp_types.RequestParamsMeta | None:
+    return cast("mcp_types.RequestParamsMeta", {"traceparent": traceparent}) if traceparent else None
+
+
+async def _traceparent_header(request: httpx2.Request) -> None:
+    """A tools/call carrying a traceparent in its ``_meta`` sends it as the W3C header too, so the
+    server's spans join the call's trace (the pooled session's requests are sent by its own task,
+    outside the calling thread's context: the message is where the context travels)."""
+    body = request.content
+    if b'"traceparent"' not in body:
+        return
+    try:
+        meta = json.loads(body).get("params", {}).get("_meta", {})
+    except (ValueError, AttributeError):
+        return
+    if isinstance(meta, dict) and isinstance(meta.get("traceparent"), str):
+        request.headers["traceparent"] = meta["traceparent"]
 
 
 @asynccontextmanager
@@ -281,7 +303,11 @@ class McpPool:
             TimeoutError: the server did not answer within ``timeout``.
         """
         loop = self._ensure_loop()
-        future = asyncio.run_coroutine_threadsafe(self._call(spec, tool, dict(arguments), timeout, on_progress), loop)
+        # The calling thread's span (the call's execute_tool) travels in the request's _meta, and
+        # an HTTP transport copies it into the traceparent header (_traceparent_header).
+        traceparent = tracing.tracer.traceparent() if tracing.enabled else ""
+        future = asyncio.run_coroutine_threadsafe(
+            self._call(spec, tool, dict(arguments), timeout, on_progress, traceparent=traceparent), loop)
         def stop() -> None:
             loop.call_soon_threadsafe(future.cancel)
 
@@ -353,7 +379,7 @@ class McpPool:
         return connection.listing
 
     async def _call(self, spec: ServerSpec, tool: str, arguments: dict[str, Any], timeout: float,
-                    on_progress: Progress | None = None) -> CallResult:
+                    on_progress: Progress | None = None, *, traceparent: str = "") -> CallResult:
         connection = await self._connection(spec)
         session = connection.session
         if session is None:
@@ -362,7 +388,8 @@ class McpPool:
         connection.last_used = time.monotonic()
         try:
             result = await session.call_tool(tool, arguments, read_timeout_seconds=timeout,
-                                             progress_callback=_progress(on_progress) if on_progress else None)
+                                             progress_callback=_progress(on_progress) if on_progress else None,
+                                             meta=_meta(traceparent))
         except MCPError as exc:
             if not connection.alive or exc.error.code == mcp_types.CONNECTION_CLOSED:
                 connection.dead = True

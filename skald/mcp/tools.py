@@ -25,7 +25,7 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from django.conf import settings
 
@@ -50,6 +50,7 @@ class McpToolProxy:
     tool: str
     annotations: Mapping[str, Any] = field(default_factory=dict)
     trusted: bool = False
+    trace_kind: ClassVar[str] = "mcp"  # what its execute_tool span says it is (skald.tracing)
 
     @property
     def concurrency_safe(self) -> bool:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
+from loop import tracing
 from loop.delegation import ChildRequest, DelegateReturn, FrameGrant, child_tool_names, frame_link, run_child
 from loop.errors import HarnessError, ToolError
 from loop.frame_link import FrameLink
@@ -46,6 +47,12 @@ def _task_agent(name: str) -> AgentSpec:
     return agent
 
 
+def _trace_link() -> dict[str, str]:
+    """The spawning call's span (this thread's current one), which the task's trace links to."""
+    traceparent = tracing.tracer.traceparent() if tracing.enabled else ""
+    return {"traceparent": traceparent} if traceparent else {}
+
+
 def _delegate(agent: AgentSpec, task: str, requested: list[str] | None, mode: str, client: str,
               context: ToolContext) -> str | DelegateReturn:
     link = frame_link(context)
@@ -65,7 +72,7 @@ def _delegate(agent: AgentSpec, task: str, requested: list[str] | None, mode: st
             task=task, tools=grant.tools, exec_allowlist=grant.exec_allowlist, budget_tokens=budget,
             client=selection.client,
             selection=selection.as_dict(),
-            scope_extras={**dict(scope.extras), "gate_agent": scope.agent},
+            scope_extras={**dict(scope.extras), "gate_agent": scope.agent, **_trace_link()},
         )
         return (f"Started async task #{job.pk} ({agent.name}). Its result will arrive later in this "
                 f"conversation as a task_completed call; do not wait for it.")
@@ -89,6 +96,7 @@ class DelegateTool:
     # A child runs a whole loop: it is bounded by its own turns, budget and the stop, not by the
     # per-tool timeout.
     timeout: float | None = None
+    trace_kind: ClassVar[str] = "subagent"  # what its execute_tool span says it is (skald.tracing)
 
     def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str | DelegateReturn:
         mode, task = str(arguments.get("mode") or "sync"), str(arguments["task"])
