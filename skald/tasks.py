@@ -6,17 +6,21 @@ import logging
 
 from django.conf import settings
 
+from approvals.pending.notices import approval_notices_due
 from approvals.pending.services import approvals_expire
 from loop.errors import LeaseLost
 from loop.models import Exchange, ExchangeStatus, ToolCall
 from loop.recovery import recover_exchange, resolve_pending
 from skald.cases.runs import run_sync_from_exchange, runs_out_of_step
+from skald.core import clock
 from skald.core.ids import new_token
 from skald.core.queue import enqueue_now
 from skald.jobs import delivery, runner
 from skald.loop_adapters.runtime import build_env
 from skald.loop_adapters.store import kernel_store
 from skald.loop_adapters.work import work_due, work_run
+from skald.notifications.selectors import deliveries_due
+from skald.notifications.send import delivery_send
 from skald.sessions import services as session_services
 
 logger = logging.getLogger(__name__)
@@ -133,7 +137,26 @@ def sweep() -> dict[str, int]:
     lagging = runs_out_of_step()
     for exchange_id in lagging:
         after_exchange(exchange_id)
-    return {"work": len(due), "exchanges": len(stranded), "runs": len(lagging)}
+    return {"work": len(due), "exchanges": len(stranded), "runs": len(lagging), **sweep_notifications()}
+
+
+def sweep_notifications() -> dict[str, int]:
+    """Record the time-based notices (escalation, about to expire) and send every delivery that is
+    due: one whose send never ran (a crash after the commit) or a failing one whose backoff ended."""
+    try:
+        noticed = approval_notices_due()
+    except Exception:  # the rest of the sweep (and the sends below) must not wait on it
+        logger.exception("approval notices failed")
+        noticed = 0
+    due = deliveries_due(now=clock.now())
+    for delivery_id in due:
+        enqueue_now("skald.tasks.notify_deliver", delivery_id, group="notify")
+    return {"notices": noticed, "deliveries": len(due)}
+
+
+def notify_deliver(delivery_id: int) -> str:
+    """Attempt one notification (``skald.notifications.send``); not due: nothing happens."""
+    return delivery_send(delivery_id)
 
 
 def recover_exchange_task(exchange_id: int) -> str:
