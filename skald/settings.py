@@ -308,12 +308,14 @@ content type is a 415). Every error body is `{"code", "message", "extra"}` with 
 each operation lists its codes per status. See `docs/calling-skald.md` in the repository.
 """
 
+from skald.notifications.schema import EVENT_TYPES as NOTIFICATION_EVENT_TYPES  # noqa: E402  (pure data)
+from skald.notifications.schema import notification_components  # noqa: E402  (pure data)
 from skald.tools.delegation_schemas import openapi_components  # noqa: E402  (pure data)
 
 SPECTACULAR_SETTINGS = {
     # The argument schemas of the delegation tools models are prompted with (docs/delegation.md),
     # copies with their enums named (the tools validate with the originals).
-    "APPEND_COMPONENTS": {"schemas": openapi_components()},
+    "APPEND_COMPONENTS": {"schemas": {**openapi_components(), **notification_components()}},
     "TITLE": "Skald API",
     "DESCRIPTION": SPECTACULAR_DESCRIPTION,
     "VERSION": "0.1.0",
@@ -347,6 +349,8 @@ SPECTACULAR_SETTINGS = {
                                           "and apply."},
         {"name": "mcp", "description": "MCP servers (admins only): registration validated at save, their tools "
                                        "with pinned definitions and quarantines."},
+        {"name": "notifications", "description": "Subscriptions to events (own ones; admins all). Webhook bodies "
+                                                 "are the NotificationPayload component (docs/notifications.md)."},
     ],
     # Several components share field names ("status", "decision") over different choice sets.
     "ENUM_NAME_OVERRIDES": {
@@ -359,6 +363,8 @@ SPECTACULAR_SETTINGS = {
         "ApproveDecisionEnum": ["approve"],
         "RejectDecisionEnum": ["reject"],
         "HandoffDecisionEnum": ["continue", "close"],
+        "NotificationEventEnum": list(NOTIFICATION_EVENT_TYPES),
+        "NotificationRiskEnum": ["low", "medium", "high"],
     },
 }
 

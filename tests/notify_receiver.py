@@ -47,7 +47,7 @@ def webhook_receiver(secret: str = "") -> Iterator[Receiver]:
     receiver: Receiver | None = None
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802  (http.server's name)
+        def do_POST(self) -> None:
             assert receiver is not None
             body = self.rfile.read(int(self.headers.get("content-length") or 0))
             headers = {k: v for k, v in self.headers.items()}
@@ -65,7 +65,7 @@ def webhook_receiver(secret: str = "") -> Iterator[Receiver]:
             self.end_headers()
             receiver.arrived.set()
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (quiet)
+        def log_message(self, format: str, *args: Any) -> None:
             return
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

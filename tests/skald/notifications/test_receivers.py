@@ -94,7 +94,7 @@ class Inbox:
     def __init__(self) -> None:
         self.messages: list[Message] = []
 
-    async def handle_DATA(self, server, session, envelope):  # noqa: N802  (aiosmtpd's name)
+    async def handle_DATA(self, server, session, envelope):
         self.messages.append(email.message_from_bytes(envelope.content))
         return "250 OK"
 
