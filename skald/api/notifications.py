@@ -31,6 +31,7 @@ from skald.notifications.services import (
     subscription_update,
 )
 
+
 class AnyRole(roles(*Role)):  # type: ignore[misc]  # a class built by roles()
     """Holds a role, or is an admin (who may hold none)."""
 
@@ -151,8 +152,8 @@ class SubscriptionDetail(APIView):
                    request=SubscriptionInput(partial=True), responses={200: SubscriptionView, **_errors(
                        _400=(*SAVE_CODES, "notify_owner_immutable"), _404="subscription_not_found")})
     def patch(self, request: Request, subscription_id: int) -> Response:
+        data = _parsed(request, partial=True)  # a malformed body is refused before the row is looked up
         subscription = _visible(request, subscription_id)
-        data = _parsed(request, partial=True)
         if "organisation" in data:
             raise SkaldError("organisation is set at creation only", code="notify_owner_immutable",
                              fields={"organisation": ["set at creation only"]})
