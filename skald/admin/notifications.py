@@ -77,7 +77,7 @@ class SubscriptionAdmin(_Staff, admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Subscription]:
         return super().get_queryset(request).select_related("owner").filter(**_own(request))
 
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         fields = [f for f in SUBSCRIPTION_FIELDS] + (["owner"] if request.user.is_superuser else [])
         return fields + (self.readonly_fields if obj is not None else [])
 
@@ -90,7 +90,7 @@ class SubscriptionAdmin(_Staff, admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: Subscription, form: Any, change: bool) -> None:
         data = {key: form.cleaned_data[key] for key in SUBSCRIPTION_FIELDS if key in form.cleaned_data}
         actor = Actor.user(request.user)
-        owner = form.cleaned_data.get("owner") if request.user.is_superuser else request.user
+        owner: Any = form.cleaned_data.get("owner") if request.user.is_superuser else request.user
         try:
             if change:
                 saved = subscription_update(actor=actor, subscription=Subscription.objects.get(pk=obj.pk), data=data)

@@ -56,8 +56,9 @@ def subscriptions_for(event: Event) -> list[Subscription]:
 
 def escalation_thresholds() -> list[int]:
     """The distinct "after N minutes" of enabled escalation steps, shortest first."""
-    return sorted(set(Subscription.objects.filter(enabled=True, escalate_after_minutes__isnull=False)
-                      .values_list("escalate_after_minutes", flat=True)))
+    minutes = Subscription.objects.filter(enabled=True, escalate_after_minutes__isnull=False).values_list(
+        "escalate_after_minutes", flat=True)
+    return sorted({m for m in minutes if m is not None})
 
 
 def subjects_announced(kind: EventKind, subjects: list[str]) -> set[str]:

@@ -125,3 +125,19 @@ def test_a_second_worker_cannot_claim_a_delivery_being_sent(hook, receiver, even
 def test_a_disabled_subscription_hears_nothing(hook, receiver, event):
     Subscription.objects.filter(pk=hook.pk).update(enabled=False)
     assert notification_record(event=event()) == []
+
+
+def test_metrics_count_sent_failed_and_dead_letters_and_time_the_delivery(hook, receiver, event, settings, client):
+    settings.SKALD_NOTIFY_MAX_ATTEMPTS = 2
+    receiver.answers = [500]
+    notification_record(event=event(subject="approval:1"))  # fails once
+    sweep_after(5)  # then delivered
+    receiver.otherwise = 500
+    notification_record(event=event(subject="approval:2"))
+    sweep_after(10)  # a dead letter after two attempts
+    lines = [line for line in client.get("/metrics").content.decode().splitlines() if "skald_notification" in line]
+    assert 'skald_notifications_sent_total{channel="webhook"} 1.0' in lines
+    assert 'skald_notifications_failed_attempts_total{channel="webhook"} 3.0' in lines
+    assert 'skald_notifications_dead_lettered_total{channel="webhook"} 1.0' in lines
+    assert "skald_notification_delivery_seconds_count 1.0" in lines
+    assert 'skald_notification_delivery_seconds_bucket{le="+Inf"} 1.0' in lines
