@@ -124,8 +124,8 @@ def subscription_create(*, actor: Actor, owner: AbstractBaseUser | None, data: M
     cleaned = _check({"enabled": True, "min_risk": Risk.LOW, **data}, owner_id=owner.pk if owner else None)
     now = clock.now()
     with transaction.atomic():
-        subscription = Subscription.objects.create(owner_id=owner.pk if owner else None, secret=new_secret(), created_at=now, updated_at=now,
-                                                   **cleaned)
+        subscription = Subscription.objects.create(owner_id=owner.pk if owner else None, secret=new_secret(),
+                                                   created_at=now, updated_at=now, **cleaned)
         _audit(actor, subscription, "created")
     return subscription
 
