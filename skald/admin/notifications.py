@@ -25,6 +25,7 @@ from skald.notifications.services import (
     delivery_retry,
     subscription_create,
     subscription_delete,
+    subscription_input_check,
     subscription_rotate_secret,
     subscription_update,
 )
@@ -56,11 +57,23 @@ def _mine(request: HttpRequest, obj: Any) -> bool:
 
 
 class SubscriptionForm(forms.ModelForm):
+    owner_default: Any = None  # set per request by SubscriptionAdmin.get_form
     events = forms.MultipleChoiceField(choices=[(k, k) for k in EVENT_KINDS], widget=forms.CheckboxSelectMultiple)
 
     class Meta:
         model = Subscription
         fields = ["owner", *SUBSCRIPTION_FIELDS]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        data = {key: cleaned[key] for key in SUBSCRIPTION_FIELDS if key in cleaned}
+        owner = cleaned.get("owner") if "owner" in self.fields else self.instance.owner or self.owner_default
+        try:
+            subscription_input_check(data, owner_id=owner.pk if owner else None)
+        except SkaldError as exc:
+            field = exc.extra.get("field")
+            self.add_error(field if field in self.fields else None, f"{exc.message} ({exc.code})")
+        return cleaned
 
 
 @admin.register(Subscription)
@@ -76,6 +89,11 @@ class SubscriptionAdmin(_Staff, admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Subscription]:
         return super().get_queryset(request).select_related("owner").filter(**_own(request))
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
+        form: Any = super().get_form(request, obj, change=change, **kwargs)
+        form.owner_default = None if request.user.is_superuser else request.user  # whose address user_email means
+        return form
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         fields = [f for f in SUBSCRIPTION_FIELDS] + (["owner"] if request.user.is_superuser else [])

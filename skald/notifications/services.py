@@ -75,7 +75,12 @@ def notification_record(*, event: Event) -> list[Delivery]:
 
 # --- subscriptions --------------------------------------------------------------------------------
 
-def _check(data: Mapping[str, Any], *, owner_id: int | None) -> dict[str, Any]:
+def subscription_input_check(data: Mapping[str, Any], *, owner_id: int | None) -> dict[str, Any]:
+    """The whole subscription checked (the admin's form runs it too); returns the cleaned fields.
+
+    Raises:
+        NotifyConfigError: with a stable code and the field it concerns.
+    """
     unknown = set(data) - set(SUBSCRIPTION_FIELDS)
     if unknown:
         raise NotifyConfigError(f"unknown fields: {', '.join(sorted(unknown))}", code="notify_field_unknown")
@@ -121,7 +126,8 @@ def _audit(actor: Actor, subscription: Subscription, action: str, **extra: Any) 
 
 def subscription_create(*, actor: Actor, owner: AbstractBaseUser | None, data: Mapping[str, Any]) -> Subscription:
     """Create a subscription for ``owner`` (None: the organisation's); its signing secret is new."""
-    cleaned = _check({"enabled": True, "min_risk": Risk.LOW, **data}, owner_id=owner.pk if owner else None)
+    cleaned = subscription_input_check({"enabled": True, "min_risk": Risk.LOW, **data},
+                                       owner_id=owner.pk if owner else None)
     now = clock.now()
     with transaction.atomic():
         subscription = Subscription.objects.create(owner_id=owner.pk if owner else None, secret=new_secret(),
@@ -133,7 +139,7 @@ def subscription_create(*, actor: Actor, owner: AbstractBaseUser | None, data: M
 def subscription_update(*, actor: Actor, subscription: Subscription, data: Mapping[str, Any]) -> Subscription:
     """Change the given fields; the result is checked whole (a channel change needs a fitting target)."""
     current = {name: getattr(subscription, name) for name in SUBSCRIPTION_FIELDS}
-    cleaned = _check({**current, **data}, owner_id=subscription.owner_id)
+    cleaned = subscription_input_check({**current, **data}, owner_id=subscription.owner_id)
     changed = sorted(name for name in SUBSCRIPTION_FIELDS if cleaned.get(name) != current[name])
     with transaction.atomic():
         for name in changed:

@@ -7,9 +7,12 @@ import pytest
 from django.contrib.auth.models import User
 from django.core import mail
 
+from approvals.rules.seed import default_rules_ensure
 from loop.providers.loopback import text_turn, tool_turn
+from skald.core.roles import roles_ensure
 from skald.demo import DEMO_APPROVER_EMAIL, seed_demo
 from skald.launcher import _banner
+from skald.loop_adapters.discovery import forget_seen
 from skald.notifications.models import Subscription
 from skald.sessions.services import session_create, session_message_submit
 
@@ -20,6 +23,9 @@ def test_the_demo_approver_gets_an_email_when_a_call_parks(settings, tmp_path, s
     settings.SKALD_SYNC_TASKS = True
     settings.SKALD_WORKSPACE_ROOT = tmp_path
     settings.SKALD_PUBLIC_URL = "http://127.0.0.1:8000"
+    roles_ensure()  # a transactional test before this one flushed the groups the migration made
+    forget_seen()  # the tools are offered anew, as in a fresh process
+    default_rules_ensure()  # writes wait for an approver
     seed_demo(password="pw-demo")
     seed_demo(password=None)  # idempotent: still one subscription
     (subscription,) = Subscription.objects.all()
