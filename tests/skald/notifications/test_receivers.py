@@ -128,3 +128,12 @@ def test_an_email_reaches_a_real_smtp_server_with_text_and_html_parts_and_the_li
     assert 'href="https://skald.example.org/admin/x/1/change/"' in parts["text/html"]
     assert "Requested by: alice" in parts["text/plain"]
     assert Delivery.objects.get().status == DeliveryStatus.SENT
+
+
+def test_an_unparsable_cidr_list_fails_the_system_check(settings):
+    from skald.checks import check_notification_settings
+
+    settings.SKALD_NOTIFY_ALLOW_CIDRS = "127.0.0.0/8,not-a-cidr"
+    assert [e.id for e in check_notification_settings()] == ["skald.E030"]
+    settings.SKALD_NOTIFY_ALLOW_CIDRS = "127.0.0.0/8"
+    assert check_notification_settings() == []
