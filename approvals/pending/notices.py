@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.conf import settings
+from django.db.models import QuerySet
 from django.urls import reverse
 
 from approvals.models import ApprovalStatus, PendingApproval
@@ -19,7 +20,7 @@ from skald.mcp.models import McpTool
 from skald.models import Run
 from skald.notifications.events import Event, EventKind
 from skald.notifications.models import Risk
-from skald.notifications.selectors import escalation_thresholds
+from skald.notifications.selectors import escalation_thresholds, subjects_announced
 from skald.notifications.services import notification_record
 
 HIGH_RISK_TOOLS = frozenset({"execute_task"})  # runs a command: always worth a second look
@@ -48,7 +49,7 @@ def approval_event(approval: PendingApproval, kind: EventKind, *, escalate_after
                              if uid is not None})) if kind == EventKind.APPROVAL_EXPIRED else ()
     waited = int((clock.now() - approval.created_at).total_seconds() // 60)
     return Event(
-        kind=kind, subject=f"approval:{approval.request_id}",
+        kind=kind, subject=_subject(approval),
         summary=f"{approval.tool} asks for approval" + (f" (waiting {waited} min)" if waited else ""),
         link_path=reverse("admin:approvals_pendingapproval_change", args=[approval.pk]),
         occurred_at=clock.now(), requested_by=requester, risk=approval_risk(approval.tool),
@@ -74,10 +75,25 @@ def approval_notices_due() -> int:
         "session", "requested_by").order_by("created_at")
     added = 0
     for minutes in escalation_thresholds():
-        for approval in pending.filter(created_at__lte=now - timedelta(minutes=minutes))[:SWEEP_LIMIT]:
+        waited = _not_announced(pending.filter(created_at__lte=now - timedelta(minutes=minutes)),
+                                EventKind.APPROVAL_ESCALATED, escalate_after_minutes=minutes)
+        for approval in waited:
             added += len(notification_record(event=approval_event(approval, EventKind.APPROVAL_ESCALATED,
                                                                   escalate_after_minutes=minutes)))
     warning = timedelta(minutes=settings.SKALD_NOTIFY_EXPIRY_WARNING_MINUTES)
-    for approval in pending.filter(expires_at__lte=now + warning)[:SWEEP_LIMIT]:
+    for approval in _not_announced(pending.filter(expires_at__lte=now + warning), EventKind.APPROVAL_EXPIRING):
         added += len(notification_record(event=approval_event(approval, EventKind.APPROVAL_EXPIRING)))
     return added
+
+
+def _not_announced(approvals: QuerySet[PendingApproval], kind: EventKind, *,
+                   escalate_after_minutes: int | None = None) -> list[PendingApproval]:
+    """The approvals no delivery of ``kind`` names yet: one query instead of an event per approval
+    and sweep. (A subscription added later is not told of what others already heard.)"""
+    batch = list(approvals[:SWEEP_LIMIT])
+    done = subjects_announced(kind, [_subject(a) for a in batch], escalate_after_minutes=escalate_after_minutes)
+    return [a for a in batch if _subject(a) not in done]
+
+
+def _subject(approval: PendingApproval) -> str:
+    return f"approval:{approval.request_id}"

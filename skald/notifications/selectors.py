@@ -61,9 +61,13 @@ def escalation_thresholds() -> list[int]:
     return sorted({m for m in minutes if m is not None})
 
 
-def subjects_announced(kind: EventKind, subjects: list[str]) -> set[str]:
-    """Of ``subjects``, those with a delivery of ``kind`` already recorded (to any subscription)."""
-    return set(Delivery.objects.filter(kind=kind, subject__in=subjects).values_list("subject", flat=True))
+def subjects_announced(kind: EventKind, subjects: list[str], *, escalate_after_minutes: int | None = None) -> set[str]:
+    """Of ``subjects``, those with a delivery of ``kind`` already recorded (to any subscription; for an
+    escalation, to a step of that threshold): the sweep builds no event for them again."""
+    query = Delivery.objects.filter(kind=kind, subject__in=subjects)
+    if escalate_after_minutes is not None:
+        query = query.filter(subscription__escalate_after_minutes=escalate_after_minutes)
+    return set(query.values_list("subject", flat=True))
 
 
 def deliveries_due(*, now: datetime, limit: int = 200) -> list[int]:
