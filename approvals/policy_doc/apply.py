@@ -2,8 +2,10 @@
 the document's digest.
 
 Every item's write is its own service (``approval_rule_save``, ``security_group_save``,
-``agent_save``, ``tripwire_pattern_save`` …), so validation and per-item audit rows are exactly the admin's; they
-nest in this transaction, and anything refused rolls the whole document back.
+``agent_save``, ``mcp_server_create`` / ``mcp_server_update``, ``tripwire_pattern_save`` …), so validation and
+per-item audit rows are exactly the admin's; they nest in this transaction, and anything refused rolls
+the whole document back. (An MCP server the document enables is connected to and its tools are pinned
+as an admin's enabling does; a server that cannot be reached refuses the whole document.)
 """
 
 from __future__ import annotations
@@ -17,7 +19,16 @@ from django.db import connection, transaction
 
 from approvals.models import ApprovalRule, SecurityGroup, TripwireAllowEntry, TripwirePattern
 from approvals.policy_doc.diff import Change, policy_diff
-from approvals.policy_doc.document import AgentDoc, AllowDoc, GroupDoc, PatternDoc, PolicyDoc, RuleDoc, digest
+from approvals.policy_doc.document import (
+    AgentDoc,
+    AllowDoc,
+    GroupDoc,
+    McpServerDoc,
+    PatternDoc,
+    PolicyDoc,
+    RuleDoc,
+    digest,
+)
 from approvals.policy_doc.live import policy_live
 from approvals.policy_doc.members import members_resolve
 from approvals.policy_doc.parse import PolicyInvalid, Problem
@@ -38,6 +49,8 @@ from audit.kinds import AuditKind
 from audit.services import audit_append
 from skald.agents.services import agent_save
 from skald.core.errors import SkaldError
+from skald.mcp.models import McpServer
+from skald.mcp.services import mcp_server_create, mcp_server_delete, mcp_server_update
 from skald.models import Agent
 
 # pg_advisory_xact_lock key: "policy" in ASCII. Two applies serialise on it, so the second reads the
@@ -94,7 +107,9 @@ def policy_apply(*, actor: Actor, doc: PolicyDoc, expect_digest: str | None = No
                     raise
                 fields = exc.extra.get("fields") or {}
                 detail = "; ".join(f"{name}: {' '.join(msgs)}" for name, msgs in fields.items()) or exc.message
-                raise PolicyInvalid([Problem(change.path or "$", exc.code, detail)]) from exc
+                field = exc.extra.get("field")  # the MCP services name the one field they refuse
+                where = f"{change.path}.{field}" if change.path and isinstance(field, str) else change.path or "$"
+                raise PolicyInvalid([Problem(where, exc.code, detail)]) from exc
         document_digest = digest(doc)
         counts = Counter(f"{change.subject}.{change.op}" for change in changes)
         audit_append(actor=actor, kind=AuditKind.POLICY_APPLIED, subject_type="policy", subject_id=document_digest,
@@ -120,6 +135,8 @@ class _Writer:
                 self._rule(change)
             case "agent":
                 self._agent(change)
+            case "mcp_server":
+                self._mcp_server(change)
             case "tripwire_pattern":
                 self._pattern(change)
             case "tripwire_allow":
@@ -165,6 +182,17 @@ class _Writer:
         agent.exec_allowlist = None if new.exec_allowlist is None else list(new.exec_allowlist)
         fields = {"tools": "allowed_tools", "bounds": "bounds", "exec_allowlist": "exec_allowlist"}
         agent_save(actor=self.actor, agent=agent, changed=[fields[name] for name in change.fields])
+
+    def _mcp_server(self, change: Change) -> None:
+        if change.op == "delete":
+            mcp_server_delete(actor=self.actor, server=McpServer.objects.get(pk=change.old.row_id))
+            return
+        new: McpServerDoc = change.new
+        if change.op == "create":
+            mcp_server_create(actor=self.actor, data=new.service_input())
+        else:
+            mcp_server_update(actor=self.actor, server=McpServer.objects.get(pk=change.old.row_id),
+                              data=new.service_input())
 
     def _pattern(self, change: Change) -> None:
         if change.op == "delete":

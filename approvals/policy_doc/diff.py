@@ -1,6 +1,6 @@
 """What applying a document would change, item by item, in apply order (pure).
 
-Pairing: groups and tripwire patterns by name; rules within their set by what they are about (tool
+Pairing: groups, MCP servers and tripwire patterns by name; rules within their set by what they are about (tool
 and argument matchers), allow-list entries by pattern. Identical items are left alone; an item
 whose key is in both is an update; the rest are creates and deletes. Several rules with one key
 pair in canonical order, so a plan and the apply that follows it agree on every pairing.
@@ -12,10 +12,10 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from approvals.policy_doc.document import AgentDoc, AllowDoc, GroupDoc, PatternDoc, PolicyDoc, RuleDoc
+from approvals.policy_doc.document import AgentDoc, AllowDoc, GroupDoc, McpServerDoc, PatternDoc, PolicyDoc, RuleDoc
 
 Op = Literal["create", "update", "delete"]
-Subject = Literal["group", "rule", "agent", "tripwire_pattern", "tripwire_allow"]
+Subject = Literal["group", "rule", "agent", "mcp_server", "tripwire_pattern", "tripwire_allow"]
 RULE_FIELDS = ("action", "priority", "approval_ttl", "enabled", "note")
 T = TypeVar("T", RuleDoc, AllowDoc)
 
@@ -62,6 +62,19 @@ class Change:
         if self.subject == "agent":
             return f"Change agent {self.new.name!r}: " + "; ".join(_agent_changes(self.old, self.new)) \
                 + f" ({self.path})"
+        if self.subject == "mcp_server":
+            server = self.new or self.old
+            if self.op == "create":
+                where = " ".join(server.argv) if server.transport == "stdio" else server.url
+                return (f"Create MCP server {server.name!r} ({server.transport} {where}, {server.trust}, agents "
+                        f"{', '.join(server.agents) or 'none'}, {'enabled' if server.enabled else 'disabled'}) "
+                        f"({self.path})")
+            if self.op == "delete":
+                return f"Delete MCP server {server.name!r} and its pinned tools"
+            return (f"Change MCP server {server.name!r}: "
+                    + ", ".join(f"{name} {_show(_plain(getattr(self.old, name)))} → "
+                                f"{_show(_plain(getattr(self.new, name)))}" for name in self.fields)
+                    + f" ({self.path})")
         if self.subject == "tripwire_pattern":
             name = (self.new or self.old).name
             text = f"{verb} tripwire pattern org:{name}"
@@ -105,7 +118,32 @@ def policy_diff(live: PolicyDoc, proposed: PolicyDoc) -> list[Change]:
     # A deleted group's rules go with it (security_group_delete records them in its audit row).
     rule_changes.sort(key=lambda c: {"delete": 0, "update": 1, "create": 2}[c.op])
     return [*group_changes, *rule_changes, *group_deletes, *_agent_updates(live.agents, proposed.agents),
+            *_mcp_changes(live.mcp_servers, proposed.mcp_servers),
             *_pattern_changes(live.patterns, proposed.patterns), *_allow_changes(live.allow, proposed.allow)]
+
+
+MCP_FIELDS = ("transport", "argv", "url", "secrets", "trust", "agents", "enabled")
+
+
+def _mcp_changes(live: Sequence[McpServerDoc], new: Sequence[McpServerDoc]) -> list[Change]:
+    old_by_name = {m.name: m for m in live}
+    new_names = {m.name for m in new}
+    changes = [Change("delete", "mcp_server", None, m, None) for m in live if m.name not in new_names]
+    for server in new:
+        old = old_by_name.get(server.name)
+        if old is None:
+            changes.append(Change("create", "mcp_server", None, None, server))
+        elif old != server:
+            changes.append(Change("update", "mcp_server", None, old, server,
+                                  tuple(f for f in MCP_FIELDS if getattr(old, f) != getattr(server, f))))
+    return changes
+
+
+def _plain(value: Any) -> Any:
+    """A tuple field as a reviewer reads it: argv and agents joined, secrets as their names."""
+    if isinstance(value, tuple):
+        return " ".join(f"{item[0]}" if isinstance(item, tuple) else str(item) for item in value) or "none"
+    return value
 
 
 AGENT_FIELDS = ("tools", "bounds", "exec_allowlist")

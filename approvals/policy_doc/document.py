@@ -2,7 +2,8 @@
 
 Canonical means: every list in a fixed order (global rules, then groups by name with their rules;
 rules by priority, then most restrictive first, then content; members by name; agents by name, each
-agent's tools in its own order; tripwire patterns by name; allow-list entries by pattern), fields in
+agent's tools in its own order; MCP servers by name; tripwire patterns by name; allow-list entries by
+pattern), fields in
 a fixed order, defaults left out. Two documents with the same meaning render to the same bytes, so
 the digest names a policy, not a file's formatting.
 """
@@ -150,6 +151,45 @@ class AllowDoc:
 
 
 @dataclass(frozen=True, slots=True)
+class McpServerDoc:
+    """An MCP server's configuration (its name is its identity). ``secrets`` maps an environment
+    variable (stdio) or a header (http) to the *path of the file* holding its value: the document,
+    like the database, never holds a secret. The tools a server lists are pinned by enabling it
+    (docs/mcp.md), not written in the document."""
+
+    name: str
+    transport: str  # stdio | http
+    argv: tuple[str, ...] = ()  # stdio
+    url: str = ""  # http
+    secrets: tuple[tuple[str, str], ...] = ()  # sorted by name
+    trust: str = "untrusted"
+    agents: tuple[str, ...] = ()  # sorted; ("*",): every agent
+    enabled: bool = False
+    path: str = field(default="", compare=False)
+    row_id: int | None = field(default=None, compare=False)
+
+    def as_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"name": self.name, "transport": self.transport}
+        if self.transport == "stdio":
+            data["argv"] = list(self.argv)
+        else:
+            data["url"] = self.url
+        if self.secrets:
+            data["secret_env" if self.transport == "stdio" else "secret_headers"] = dict(self.secrets)
+        data["trust"] = self.trust
+        data["agents"] = list(self.agents)
+        data["enabled"] = self.enabled
+        return data
+
+    def service_input(self) -> dict[str, Any]:
+        """The fields ``skald.mcp.services`` takes, as the admin's form and the API send them."""
+        secrets = {"secret_env": dict(self.secrets)} if self.transport == "stdio" else {
+            "secret_headers": dict(self.secrets)}
+        return {"name": self.name, "transport": self.transport, "argv": list(self.argv), "url": self.url,
+                **secrets, "trust": self.trust, "agents": list(self.agents), "enabled": self.enabled}
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyDoc:
     """The whole document; build it with :func:`policy_doc` so its lists are in canonical order."""
 
@@ -158,6 +198,7 @@ class PolicyDoc:
     patterns: tuple[PatternDoc, ...] = ()
     allow: tuple[AllowDoc, ...] = ()
     agents: tuple[AgentDoc, ...] = ()
+    mcp_servers: tuple[McpServerDoc, ...] = ()
 
     def as_data(self) -> dict[str, Any]:
         return {
@@ -165,6 +206,7 @@ class PolicyDoc:
             "rules": [rule.as_data() for rule in self.rules],
             "groups": [group.as_data() for group in self.groups],
             "agents": [agent.as_data() for agent in self.agents],
+            "mcp_servers": [server.as_data() for server in self.mcp_servers],
             "tripwires": {"patterns": [p.as_data() for p in self.patterns],
                           "allow": [a.as_data() for a in self.allow]},
         }
@@ -181,7 +223,8 @@ def sorted_rules(rules: list[RuleDoc] | tuple[RuleDoc, ...]) -> tuple[RuleDoc, .
 def policy_doc(*, rules: list[RuleDoc] | tuple[RuleDoc, ...] = (), groups: list[GroupDoc] | tuple[GroupDoc, ...] = (),
                patterns: list[PatternDoc] | tuple[PatternDoc, ...] = (),
                allow: list[AllowDoc] | tuple[AllowDoc, ...] = (),
-               agents: list[AgentDoc] | tuple[AgentDoc, ...] = ()) -> PolicyDoc:
+               agents: list[AgentDoc] | tuple[AgentDoc, ...] = (),
+               mcp_servers: list[McpServerDoc] | tuple[McpServerDoc, ...] = ()) -> PolicyDoc:
     """A document with every list in canonical order."""
     canonical_groups = tuple(
         GroupDoc(name=g.name, description=g.description, users=tuple(sorted(g.users)), agents=tuple(sorted(g.agents)),
@@ -191,7 +234,8 @@ def policy_doc(*, rules: list[RuleDoc] | tuple[RuleDoc, ...] = (), groups: list[
     return PolicyDoc(rules=sorted_rules(rules), groups=canonical_groups,
                      patterns=tuple(sorted(patterns, key=lambda p: p.name)),
                      allow=tuple(sorted(allow, key=AllowDoc.sort_key)),
-                     agents=tuple(sorted(agents, key=lambda a: a.name)))
+                     agents=tuple(sorted(agents, key=lambda a: a.name)),
+                     mcp_servers=tuple(sorted(mcp_servers, key=lambda m: m.name)))
 
 
 class _Dumper(yaml.SafeDumper):

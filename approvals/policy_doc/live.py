@@ -1,9 +1,19 @@
-"""The live governance configuration as a :class:`PolicyDoc` (a selector: seven queries)."""
+"""The live governance configuration as a :class:`PolicyDoc` (a selector: eight queries)."""
 
 from __future__ import annotations
 
 from approvals.models import ApprovalRule, SecurityGroup, TripwireAllowEntry, TripwirePattern
-from approvals.policy_doc.document import AgentDoc, AllowDoc, GroupDoc, PatternDoc, PolicyDoc, RuleDoc, policy_doc
+from approvals.policy_doc.document import (
+    AgentDoc,
+    AllowDoc,
+    GroupDoc,
+    McpServerDoc,
+    PatternDoc,
+    PolicyDoc,
+    RuleDoc,
+    policy_doc,
+)
+from skald.mcp.models import McpServer
 from skald.models import Agent
 
 
@@ -40,4 +50,14 @@ def policy_live() -> PolicyDoc:
                  row_id=agent.pk)
         for agent in Agent.objects.order_by("name")
     ]
-    return policy_doc(rules=by_group[None], groups=groups, patterns=patterns, allow=allow, agents=agents)
+    servers = [mcp_server_doc(server) for server in McpServer.objects.order_by("name")]
+    return policy_doc(rules=by_group[None], groups=groups, patterns=patterns, allow=allow, agents=agents,
+                      mcp_servers=servers)
+
+
+def mcp_server_doc(server: McpServer) -> McpServerDoc:
+    secrets = server.secret_env if server.transport == "stdio" else server.secret_headers
+    return McpServerDoc(name=server.name, transport=server.transport, argv=tuple(str(a) for a in server.argv or ()),
+                        url=server.url, secrets=tuple(sorted((str(k), str(v)) for k, v in (secrets or {}).items())),
+                        trust=server.trust, agents=tuple(sorted(str(a) for a in server.agents or ())),
+                        enabled=server.enabled, row_id=server.pk)

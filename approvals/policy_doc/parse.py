@@ -19,6 +19,7 @@ from approvals.policy_doc.document import (
     AgentDoc,
     AllowDoc,
     GroupDoc,
+    McpServerDoc,
     PatternDoc,
     PolicyDoc,
     RuleDoc,
@@ -135,7 +136,8 @@ def parse(data: Any) -> PolicyDoc:
         PolicyInvalid: ``policy_invalid`` (400), every problem with its path.
     """
     reader = _Reader()
-    top = reader.mapping(data, "$", required=("version",), optional=("rules", "groups", "agents", "tripwires"))
+    top = reader.mapping(data, "$", required=("version",), optional=("rules", "groups", "agents", "mcp_servers",
+                                                                   "tripwires"))
     if top is None:
         raise PolicyInvalid(reader.problems)
     if "version" in top and top["version"] != VERSION:
@@ -159,6 +161,14 @@ def parse(data: Any) -> PolicyDoc:
         if any(a.name == agent.name for a in agents):
             reader.add(f"{path}.name", "duplicate", f"The agent {agent.name!r} is already listed.")
         agents.append(agent)
+    servers: list[McpServerDoc] = []
+    for path, item in reader.items(top.get("mcp_servers"), "mcp_servers"):
+        server = _mcp_server(reader, item, path)
+        if server is None:
+            continue
+        if any(s.name == server.name for s in servers):
+            reader.add(f"{path}.name", "duplicate", f"An MCP server named {server.name!r} is already defined.")
+        servers.append(server)
     patterns: list[PatternDoc] = []
     allow: list[AllowDoc] = []
     tripwires = top.get("tripwires")
@@ -179,7 +189,7 @@ def parse(data: Any) -> PolicyDoc:
     if reader.problems:
         raise PolicyInvalid(reader.problems)
     return policy_doc(rules=[r for r in rules if r is not None], groups=groups, patterns=patterns, allow=allow,
-                      agents=agents)
+                      agents=agents, mcp_servers=servers)
 
 
 def _rule(reader: _Reader, item: Any, path: str) -> RuleDoc | None:
@@ -255,6 +265,52 @@ def _agent(reader: _Reader, item: Any, path: str) -> AgentDoc | None:
         return None
     return AgentDoc(name=name, tools=tools, bounds=tuple(sorted(dict(bounds).items())), exec_allowlist=programs,
                     path=path)
+
+
+MCP_TRANSPORTS = ("stdio", "http")
+MCP_TRUST = ("untrusted", "trusted")
+
+
+def _mcp_server(reader: _Reader, item: Any, path: str) -> McpServerDoc | None:
+    """The shape of an MCP server entry. What depends on the deployment (the stdio allowlist, the SSRF
+    screen of the URL, the secret files) is checked by the MCP services when the server is created or
+    changed, as at an admin's save; a problem then names this entry's path."""
+    data = reader.mapping(item, path, required=("name", "transport"),
+                          optional=("argv", "url", "secret_env", "secret_headers", "trust", "agents", "enabled"))
+    if data is None:
+        return None
+    before = len(reader.problems)
+    name = reader.string(data, "name", path, max_length=40)
+    if name and not _slug(name):
+        reader.add(f"{path}.name", "invalid", "Letters, digits, '-' and '_' only (tools are named mcp__<name>__…).")
+    transport = reader.string(data, "transport", path, max_length=8)
+    if "transport" in data and transport not in MCP_TRANSPORTS:
+        reader.add(f"{path}.transport", "invalid", "Expected stdio or http.")
+    own, other = ("argv", "url") if transport == "stdio" else ("url", "argv")
+    secrets_key, other_secrets = ("secret_env", "secret_headers") if transport == "stdio" else (
+        "secret_headers", "secret_env")
+    for key in (other, other_secrets):
+        if key in data:
+            reader.add(f"{path}.{key}", "invalid", f"A {transport or 'server'} server has no {key}.")
+    if own not in data and transport in MCP_TRANSPORTS:
+        reader.add(f"{path}.{own}", "required", f"A {transport} server needs its {own}.")
+    argv = _strings(reader, data.get("argv"), f"{path}.argv") if transport == "stdio" else ()
+    url = reader.string(data, "url", path, max_length=500) if transport == "http" else ""
+    secrets = data.get(secrets_key) or {}
+    if not isinstance(secrets, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                   for k, v in secrets.items()):
+        reader.add(f"{path}.{secrets_key}", "type", "Expected a mapping of names to secret file paths.")
+        secrets = {}
+    trust = reader.string(data, "trust", path, "untrusted", max_length=10)
+    if trust not in MCP_TRUST:
+        reader.add(f"{path}.trust", "invalid", "Expected untrusted or trusted.")
+    agents = reader.names(data, "agents", path)
+    enabled = reader.boolean(data, "enabled", path, False)
+    if len(reader.problems) > before:
+        return None
+    return McpServerDoc(name=name, transport=transport, argv=argv, url=url,
+                        secrets=tuple(sorted(secrets.items())), trust=trust, agents=tuple(sorted(agents)),
+                        enabled=enabled, path=path)
 
 
 def _strings(reader: _Reader, value: Any, path: str) -> tuple[str, ...]:

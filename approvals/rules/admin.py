@@ -10,7 +10,8 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 
@@ -230,7 +231,9 @@ class ApprovalRuleAdmin(ToolCatalogMixin, admin.ModelAdmin):
     def get_urls(self) -> list[URLPattern]:
         test = path("test-a-call/", self.admin_site.admin_view(self.test_call_view),
                     name="approvals_approvalrule_test_call")
-        return [test, *super().get_urls()]
+        impact = path("impact-preview/", self.admin_site.admin_view(self.impact_view),
+                      name="approvals_approvalrule_impact")
+        return [test, impact, *super().get_urls()]
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         extra = {"precedence": PRECEDENCE, "never_wins": sorted(never_wins().items()), **(extra_context or {})}
@@ -248,6 +251,27 @@ class ApprovalRuleAdmin(ToolCatalogMixin, admin.ModelAdmin):
                    "tool_catalog": tool_choices()}
         return TemplateResponse(request, "admin/approvals/approvalrule/test_call.html", context)
 
+    def impact_view(self, request: HttpRequest) -> JsonResponse:
+        """The rule page's live preview: what the form's current values would have decided differently
+        over the recorded calls, before anything is saved. Writes nothing."""
+        if request.method != "POST":
+            return JsonResponse({"state": "error", "text": "POST the rule form to preview it."}, status=405)
+        raw_id = request.POST.get("rule_id", "")
+        if raw_id and not raw_id.isdigit():
+            return JsonResponse({"state": "error", "text": "rule_id is not a rule's id."}, status=400)
+        rule = get_object_or_404(ApprovalRule.objects.select_related("group"), pk=int(raw_id)) if raw_id else None
+        allowed = self.has_change_permission(request, rule) if rule else self.has_add_permission(request)
+        if not allowed:
+            raise PermissionDenied
+        form = ApprovalRuleChangeForm(request.POST, instance=rule or ApprovalRule())
+        form.is_valid()  # runs the preview (clean), saves nothing
+        impact: Impact | None = getattr(form, "impact", None)
+        if impact is None:
+            return JsonResponse({"state": "invalid", "text": "Correct the form to see its impact on recorded calls."})
+        state = "loosens" if impact.loosened else "tightens" if impact.tightened else "same"
+        text = loosening_sentence(impact) if impact.loosened else " ".join(impact.words()[:2])
+        return JsonResponse({"state": state, "text": text, "impact": impact.as_dict()})
+
     @admin.display(description="scope", ordering="group__name")
     def scope(self, obj: ApprovalRule) -> str:
         return f"group: {obj.group.name}" if obj.group is not None else "global"
@@ -263,6 +287,19 @@ class ApprovalRuleAdmin(ToolCatalogMixin, admin.ModelAdmin):
         if impact is not None and impact.changed:
             self.message_user(request, "Impact on recorded calls: " + " ".join(impact.words()[:2]),
                               level=messages.WARNING)
+
+    def delete_view(self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+                    ) -> HttpResponse:
+        """The confirmation page says what deleting the rule would have decided differently."""
+        extra = dict(extra_context or {})
+        if request.method == "GET" and object_id.isdigit():
+            rule = ApprovalRule.objects.select_related("group").filter(pk=int(object_id)).first()
+            if rule is not None:
+                impact = rule_change_impact(rule_id=rule.pk, group=rule.group.name if rule.group else None, rule=None)
+                extra["rule_impact"] = loosening_sentence(impact) if impact.loosened else " ".join(impact.words()[:2])
+                extra["rule_impact_state"] = ("loosens" if impact.loosened else "tightens" if impact.tightened
+                                              else "same")
+        return super().delete_view(request, object_id, extra_context=extra)
 
     def delete_model(self, request: HttpRequest, obj: ApprovalRule) -> None:
         approval_rule_delete(actor=Actor.user(request.user), rule=obj)

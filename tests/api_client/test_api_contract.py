@@ -4,7 +4,8 @@ body and a code the schema lists for that status.
 
 Two halves against a real server (pytest-django's live server): explicit malformed requests for
 every operation, then schemathesis (pinned in the dev extras) generating positive and negative
-requests from the live schema, with a bounded, derandomized example count per operation.
+requests from the live schema, with a bounded, derandomized example count per operation (drawn once
+per schema and reused by the other database's pass: ``generated_cases``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import Any
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, Phase, given, settings
 from rest_framework_simplejwt.tokens import RefreshToken
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -35,6 +35,7 @@ from skald.api.mcp import SAVE_CODES as MCP_SAVE_CODES
 from skald.api.notifications import SAVE_CODES as NOTIFY_SAVE_CODES
 from skald.cases.services import case_create
 from skald.sessions.services import session_create
+from tests.api_client import generated_cases
 from tests.api_client.conftest import live_schema
 from tests.conftest import make_user
 from tests.strength import examples
@@ -216,15 +217,14 @@ STATE_REFUSALS: dict[str, frozenset[tuple[int, str]]] = {
 
 
 def fuzz(operation: schemathesis.APIOperation, raw: dict[str, Any], mode: schemathesis.GenerationMode,
-         base_url: str, headers: dict[str, str]) -> None:
-    """``EXAMPLES_PER_MODE`` derandomized cases of one operation: the built-in checks, then the code."""
+         base_url: str, headers: dict[str, str], digest: str) -> None:
+    """``EXAMPLES_PER_MODE`` derandomized cases of one operation: the built-in checks, then the code.
 
-    @settings(max_examples=EXAMPLES_PER_MODE, deadline=None, database=None, derandomize=True,
-              phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
-    @given(case=operation.as_strategy(generation_mode=mode))
-    def exercise(case: schemathesis.Case) -> None:
+    The cases are drawn once per schema (``generated_cases``): the other database's pass sends the
+    same requests without drawing them again."""
+    refusals = STATE_REFUSALS.get(raw.get("operationId", ""), frozenset())
+    for case in generated_cases.cases(operation, mode, examples=EXAMPLES_PER_MODE, digest=digest):
         response = case.call(base_url=base_url, headers=headers)
-        refusals = STATE_REFUSALS.get(raw.get("operationId", ""), frozenset())
         if response.status_code >= 400 and (response.status_code, response.json().get("code")) in refusals:
             case.validate_response(response, checks=[c for c in CHECKS if c is not positive_data_acceptance])
         else:
@@ -233,8 +233,6 @@ def fuzz(operation: schemathesis.APIOperation, raw: dict[str, Any], mode: schema
             listed = raw["responses"][str(response.status_code)]["description"]
             code = response.json()["code"]
             assert code in listed.removeprefix("Error codes: ").split(", "), (case.path, code, listed)
-
-    exercise()
 
 
 # The operations are shared among shards, so xdist spreads the suite's longest test over its workers
@@ -248,6 +246,7 @@ def test_generated_requests_get_documented_answers(schema, server, shard):
     """schemathesis: positive and negative cases per operation; status, content type, body schema, code."""
     base_url = str(server.http.base_url).rstrip("/")
     assert set(STATE_REFUSALS) <= {op["operationId"] for _, _, op in operations(schema)}  # no stale exception
+    digest = generated_cases.schema_digest(schema)
     ran: list[str] = []
     failures: list[str] = []
     for result in list(schemathesis.openapi.from_dict(schema).get_all_operations())[shard::SHARDS]:
@@ -255,7 +254,7 @@ def test_generated_requests_get_documented_answers(schema, server, shard):
         raw = schema["paths"][operation.path][operation.method.lower()]
         for mode in (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE):
             try:
-                fuzz(operation, raw, mode, base_url, server.headers(raw))
+                fuzz(operation, raw, mode, base_url, server.headers(raw), digest)
             except (AssertionError, BaseExceptionGroup) as failure:  # report every operation, not the first
                 failures.append(f"{operation.label} ({mode.value}): {str(failure)[:1500]}")
         ran.append(operation.label)

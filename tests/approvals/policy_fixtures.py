@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib.auth.models import User
+from django.test import override_settings
 
 from approvals.models import ApprovalRule, SecurityGroup, TripwireAllowEntry, TripwirePattern
 from approvals.rules.seed import default_rules_ensure
@@ -12,13 +15,15 @@ from approvals.rules.services import approval_rule_save, security_group_save
 from approvals.tripwires.services import tripwire_allow_save, tripwire_pattern_save
 from audit.actors import Actor
 from skald.agents.seed import seed_agents
+from skald.mcp.services import mcp_server_create
 from skald.models import Agent
 
 ADMIN = Actor.system("test")
 
 
 def configure(alice: User) -> SecurityGroup:
-    """The default rules, an 'ops' group (alice, the troubleshooter) with two rules, a pattern, an allow entry."""
+    """The default rules, an 'ops' group (alice, the troubleshooter) with two rules, a pattern, an allow
+    entry, and a disabled stdio MCP server (the demo's, for the troubleshooter)."""
     seed_agents()
     default_rules_ensure()
     group = security_group_save(actor=ADMIN, group=SecurityGroup(name="ops", description="On-call operators"),
@@ -34,4 +39,11 @@ def configure(alice: User) -> SecurityGroup:
                                                                keywords="acme-"), changed=["created"])
     tripwire_allow_save(actor=ADMIN, entry=TripwireAllowEntry(regex=r"ACME-0{16}", reason="the documented example key"),
                         changed=["created"])
+    with override_settings(SKALD_MCP_STDIO_ALLOWLIST=(sys.executable,)):
+        mcp_server_create(actor=ADMIN, data={
+            "name": "demo", "transport": "stdio", "argv": [sys.executable, DEMO_MCP_SCRIPT],
+            "secret_env": {"DEMO_TOKEN": "/run/secrets/demo-token"}, "agents": ["troubleshooter"]})
     return group
+
+
+DEMO_MCP_SCRIPT = str(settings.BASE_DIR / "demo" / "mcp_server.py")

@@ -53,3 +53,48 @@ def test_a_tighter_or_unrelated_edit_saves_at_once(client, alice, troubleshootin
     assert client.post(f"{RULES}{rule.pk}/change/", form_of(rule, action="deny")).status_code == 302
     other = ApprovalRule.objects.get(tool_pattern="read_logs")
     assert client.post(f"{RULES}{other.pk}/change/", form_of(other, priority="90")).status_code == 302
+
+
+def test_the_live_preview_says_what_an_edit_would_change_before_anything_is_saved(
+        client, alice, troubleshooting, script) -> None:
+    script(tool_turn(("write_file", {"path": "reports/a.md", "content": "x"})), text_turn("done"))
+    session_message_submit(user=alice, session=troubleshooting, content="investigate")  # parked: require
+    rule = ApprovalRule.objects.get(tool_pattern="write_file", group__isnull=True)
+    client.force_login(make_user("root", superuser=True))
+    preview = f"{RULES}impact-preview/"
+
+    looser = client.post(preview, {**form_of(rule, action="allow"), "rule_id": str(rule.pk)}).json()
+    assert looser["state"] == "loosens"
+    assert looser["text"] == ("This change would have let 1 call from 1 user run with less restriction in the last "
+                              "7 days (1 approval → allowed).")
+    assert looser["impact"]["transitions"] == {"approval → allowed": 1}
+    tighter = client.post(preview, {**form_of(rule, action="deny"), "rule_id": str(rule.pk)}).json()
+    assert tighter["state"] == "tightens"
+    assert tighter["text"].startswith("1 of 1 recorded calls in the last 7 days would be decided differently.")
+    new = client.post(preview, {**form_of(rule, tool_pattern="read_logs", action="deny", priority="1")}).json()
+    assert new["state"] == "same"  # the history has no read_logs call
+    invalid = client.post(preview, {**form_of(rule, action="maybe"), "rule_id": str(rule.pk)}).json()
+    assert invalid["state"] == "invalid"
+    assert client.post(preview, {"rule_id": "x1"}).status_code == 400
+    assert client.post(preview, {"rule_id": "987654"}).status_code == 404
+    assert client.get(preview).status_code == 405
+    rule.refresh_from_db()
+    assert rule.action == "require"  # a preview saves nothing
+
+
+def test_the_delete_page_says_what_removing_the_rule_would_have_changed(client, alice, troubleshooting, script) -> None:
+    script(tool_turn(("write_file", {"path": "reports/a.md", "content": "x"})), text_turn("done"))
+    session_message_submit(user=alice, session=troubleshooting, content="investigate")  # parked: require
+    rule = ApprovalRule.objects.get(tool_pattern="write_file", group__isnull=True)
+    client.force_login(make_user("root", superuser=True))
+    page = client.get(f"{RULES}{rule.pk}/delete/")
+    assert page.status_code == 200
+    # Without the rule the catch-all '*' (require) decides the write: the same verdict, nothing changes.
+    assert page.context["rule_impact_state"] == "same"
+    assert "0 of 1 recorded calls in the last 7 days would be decided differently." in page.content.decode()
+    catch_all = ApprovalRule.objects.get(tool_pattern="*", group__isnull=True)
+    assert client.post(f"{RULES}{rule.pk}/delete/", {"post": "yes"}).status_code == 302
+    page = client.get(f"{RULES}{catch_all.pk}/delete/")
+    # With no rule left the gate fails closed: the write would have been denied.
+    assert page.context["rule_impact_state"] == "tightens"
+    assert "1 of 1 recorded calls in the last 7 days would be decided differently." in page.content.decode()

@@ -30,7 +30,7 @@ from tests.e2e.stack import BASE_DIR, PASSWORD, Stack, launch
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 ARTIFACTS = BASE_DIR / "test-artifacts" / "browser"
-WAIT = 10.0  # one page or one element
+WAIT = 30.0  # a hang guard for one page or one element (a loaded CI core renders slowly); never a time assertion
 MAX_SHOT_HEIGHT = 4000  # full-page screenshots, capped
 
 

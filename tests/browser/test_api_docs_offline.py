@@ -25,7 +25,7 @@ from tests.browser.conftest import CHROMEDRIVER, chromium_options
 from tests.e2e.stack import Stack
 
 pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("api-docs-offline")]
-WAIT = 30.0  # the bundles are megabytes: parsing them on a shared CI core takes a while
+WAIT = 120.0  # a hang guard: the bundles are megabytes, and parsing them on a loaded CI core takes a while
 OFFLINE_FLAGS = (
     "--proxy-server=http://127.0.0.1:9",  # nothing listens on the discard port; loopback bypasses proxies
     "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",

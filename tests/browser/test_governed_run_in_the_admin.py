@@ -138,3 +138,37 @@ def test_it_follows_a_governed_run_from_launch_to_reused_knowledge(admin: Admin,
                                what="the second run's knowledge search")
     assert "accepted knowledge entries match" in found and PROPOSAL_TITLE in found, found
     admin.screenshot("second-run-finds-knowledge")
+
+
+def test_an_admin_sees_the_calls_a_looser_rule_would_have_let_through_and_confirms(admin: Admin, stack: Stack) -> None:
+    """Issue 32: the rule page previews an edit's impact on the calls recorded above (both runs parked
+    their write for a human), and a looser gate saves only once the admin confirms it."""
+    with stack.http(stack.token("admin")) as client:
+        rules = client.get("/api/policy/rules/")
+    assert rules.status_code == 200, rules.text
+    [rule] = [r for r in rules.json() if r["tool_pattern"] == "write_file" and r["group"] is None]
+    assert rule["action"] == "require"
+
+    admin.login("admin")
+    admin.open(f"/admin/approvals/approvalrule/{rule['id']}/change/")
+    assert admin.find("#rule-impact").get_attribute("data-state") == "idle"
+    Select(admin.find("#id_action")).select_by_value("allow")  # the live preview answers before any save
+    admin.wait_text("#rule-impact[data-state=loosens]", "would have let", what="the live impact preview")
+    preview = admin.text("#rule-impact")
+    match = re.search(r"This change would have let (\d+) calls? from 1 user run with less restriction in the last "
+                      r"7 days \((\d+) approval → allowed\)", preview)
+    assert match and int(match[1]) >= 2 and match[1] == match[2], preview  # both runs' writes
+    admin.screenshot("rule-impact-preview")
+    with stack.http(stack.token("admin")) as client:  # nothing saved yet
+        assert client.get(f"/api/policy/rules/{rule['id']}/").json()["action"] == "require"
+
+    admin.click("input[name=_save]")  # a looser gate asks for a confirmation first
+    admin.wait_text("ul.errorlist.nonfield", "Tick 'Confirm a looser gate'", what="the confirmation request")
+    admin.screenshot("rule-asks-to-confirm")
+    assert Select(admin.find("#id_action")).first_selected_option.get_attribute("value") == "allow"
+    admin.click("#id_confirm_loosening")
+    admin.click("input[name=_save]")
+    admin.wait_text(".messagelist", "Impact on recorded calls:", what="the saved rule's impact message")
+    admin.screenshot("rule-saved-with-impact")
+    with stack.http(stack.token("admin")) as client:
+        assert client.get(f"/api/policy/rules/{rule['id']}/").json()["action"] == "allow"

@@ -31,9 +31,10 @@ def mark_page(admin: Admin, live: str, *, kept: str) -> None:
     marker only this page load carries. Nothing changed meanwhile, so the element ``kept`` (taken
     before) must still be the page's own: a re-read that finds no change replaces nothing."""
     before = admin.driver.find_element(By.CSS_SELECTOR, kept)
-    WebDriverWait(admin.driver, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, f"{live}.live-connected")),
-                                          f"the live socket of {live} to join")
-    WebDriverWait(admin.driver, 10).until(
+    WebDriverWait(admin.driver, WORKER_WAIT).until(
+        EC.presence_of_element_located((By.CSS_SELECTOR, f"{live}.live-connected")),
+        f"the live socket of {live} to join")
+    WebDriverWait(admin.driver, WORKER_WAIT).until(
         lambda d: int(d.find_element(By.CSS_SELECTOR, live).get_attribute("data-live-reads") or 0) >= 1,
         f"the re-read of {live} on joining")
     assert before.is_displayed()  # raises StaleElementReferenceException had it been replaced

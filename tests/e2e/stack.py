@@ -26,7 +26,7 @@ from skald.core.child_env import hermetic_env
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 PASSWORD = "e2e-demo-password-7c41"
-BOOT_TIMEOUT = 60.0
+BOOT_TIMEOUT = 180.0  # a hang guard: a boot beside every other phase on two loaded cores took over 60 s in CI
 STOP_TIMEOUT = 20.0  # the launcher's own grace is 10 s; a clean stop takes about 2 s
 # Inherited settings that would point the stack somewhere else than its temporary SQLite.
 
