@@ -14,7 +14,7 @@ from audit.services import chain_verify_incremental
 from loop.errors import LeaseLost
 from loop.models import Exchange, ExchangeStatus, ToolCall
 from loop.recovery import recover_exchange, resolve_pending
-from skald.cases.runs import run_sync_from_exchange, runs_out_of_step
+from skald.cases.runs import run_sync_from_exchange, runs_out_of_step, runs_stuck_announce
 from skald.core import clock
 from skald.core.ids import new_token
 from skald.core.queue import enqueue_now
@@ -150,11 +150,12 @@ def sweep() -> dict[str, int]:
 def sweep_notifications() -> dict[str, int]:
     """Record the time-based notices (escalation, about to expire) and send every delivery that is
     due: one whose send never ran (a crash after the commit) or a failing one whose backoff ended."""
-    try:
-        noticed = approval_notices_due()
-    except Exception:  # the rest of the sweep (and the sends below) must not wait on it
-        logger.exception("approval notices failed")
-        noticed = 0
+    noticed = 0
+    for finder in (approval_notices_due, runs_stuck_announce):
+        try:
+            noticed += finder()
+        except Exception:  # the rest of the sweep (and the sends below) must not wait on it
+            logger.exception("%s failed", finder.__name__)
     due = deliveries_due(now=clock.now())
     for delivery_id in due:
         enqueue_now("skald.tasks.notify_deliver", delivery_id, group="notify")

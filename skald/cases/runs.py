@@ -5,10 +5,13 @@ Every write is one service, atomic, with its audit row; work is enqueued on comm
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
+from django.db.models import Max, Q
 from django.urls import reverse
 
 from audit.actors import Actor
@@ -27,6 +30,7 @@ from skald.models import Case, Run, RunStatus
 from skald.notifications.events import Event as Notice
 from skald.notifications.events import EventKind as NoticeKind
 from skald.notifications.models import Risk
+from skald.notifications.selectors import subjects_announced
 from skald.notifications.services import notification_record
 from skald.plugins import notify_run_resolved
 from skald.sessions.refusals import input_refusal_record
@@ -176,6 +180,31 @@ def _announce(run: Run, exchange: Exchange) -> None:
         requested_by=run.launched_by.get_username(), risk=Risk.MEDIUM, agent=run.session.agent, case=str(run.case_id),
         audience=(run.launched_by_id,), facts={"run": run.pk, "exchange": exchange.pk, "status": run.status,
                                                "outcome": run.outcome, "question": run.handoff_question[:1000]}))
+
+
+def runs_stuck_announce(limit: int = 200) -> int:
+    """The sweep's part: runs queued or running whose session recorded nothing for
+    ``SKALD_NOTIFY_RUN_STUCK_MINUTES`` are announced (``run.stuck``), once per stall (a run that moves
+    and stalls again is announced again). Returns how many outbox rows were added."""
+    cutoff = clock.now() - timedelta(minutes=settings.SKALD_NOTIFY_RUN_STUCK_MINUTES)
+    quiet = (Run.objects.filter(status__in=(RunStatus.QUEUED, RunStatus.RUNNING))
+             .annotate(last_event=Max("session__events__created_at"), last_seq=Max("session__events__seq"))
+             .filter(Q(last_event__lte=cutoff) | Q(last_event__isnull=True, updated_at__lte=cutoff))
+             .select_related("launched_by", "session").order_by("id")[:limit])
+    stalls = {f"run:{run.pk}:stuck:{run.last_seq or 0}": run for run in quiet}  # type: ignore[attr-defined]
+    added = 0
+    for subject in set(stalls) - subjects_announced(NoticeKind.RUN_STUCK, list(stalls)):
+        run = stalls[subject]
+        since = run.last_event or run.updated_at  # type: ignore[attr-defined]
+        with transaction.atomic():
+            added += len(notification_record(event=Notice(
+                kind=NoticeKind.RUN_STUCK, subject=subject,
+                summary=f"Run #{run.pk} has recorded nothing since {since:%Y-%m-%d %H:%M} UTC ({run.status})",
+                link_path=reverse("admin:skald_run_change", args=[run.pk]), occurred_at=clock.now(),
+                requested_by=run.launched_by.get_username(), risk=Risk.MEDIUM, agent=run.session.agent,
+                case=str(run.case_id), audience=(run.launched_by_id,),
+                facts={"run": run.pk, "status": run.status, "quiet_since": since.isoformat()})))
+    return added
 
 
 def run_handoff_decide(*, user: AbstractBaseUser, run_id: int, decision: str, note: str) -> Run:

@@ -24,6 +24,7 @@ class EventKind(StrEnum):
     PROPOSAL_PENDING = "proposal.pending"
     HANDOFF_WAITING = "handoff.waiting"
     RUN_FAILED = "run.failed"
+    RUN_STUCK = "run.stuck"
     TASK_DEAD_LETTERED = "task.dead_lettered"
     AUDIT_CHAIN_BROKEN = "audit.chain_broken"
 
@@ -36,6 +37,7 @@ EVENT_TITLES: dict[EventKind, str] = {
     EventKind.PROPOSAL_PENDING: "A proposal waits for review",
     EventKind.HANDOFF_WAITING: "A run waits for a person (handoff or back-referral)",
     EventKind.RUN_FAILED: "A run failed",
+    EventKind.RUN_STUCK: "A run makes no progress",
     EventKind.TASK_DEAD_LETTERED: "A task was dead-lettered",
     EventKind.AUDIT_CHAIN_BROKEN: "Audit chain verification failed",
 }

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 EVENT_TYPES = ("approval.pending", "approval.escalated", "approval.expiring", "approval.expired", "proposal.pending",
-               "handoff.waiting", "run.failed", "task.dead_lettered", "audit.chain_broken")
+               "handoff.waiting", "run.failed", "run.stuck", "task.dead_lettered", "audit.chain_broken")
 
 PAYLOAD_SCHEMA: dict[str, Any] = {
     "type": "object",

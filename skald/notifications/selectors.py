@@ -20,6 +20,7 @@ ROLE_FOR_KIND: dict[EventKind, Role] = {
     EventKind.PROPOSAL_PENDING: Role.REVIEWER,
     EventKind.HANDOFF_WAITING: Role.OPERATOR,
     EventKind.RUN_FAILED: Role.OPERATOR,
+    EventKind.RUN_STUCK: Role.OPERATOR,
     EventKind.TASK_DEAD_LETTERED: Role.OPERATOR,
     EventKind.AUDIT_CHAIN_BROKEN: Role.AUDITOR,
 }

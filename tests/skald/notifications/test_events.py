@@ -3,7 +3,10 @@ proposal to review, a broken audit chain; each once, with the page to act on."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+import time_machine
 
 from approvals.rules.seed import default_rules_ensure
 from audit.actors import Actor
@@ -12,6 +15,7 @@ from loop.errors import ProviderError
 from loop.providers.loopback import LoopbackProvider, text_turn, tool_turn
 from skald.agents.seed import seed_agents
 from skald.cases.services import case_create
+from skald.core import clock
 from skald.loop_adapters import runtime
 from skald.models import Run
 from skald.notifications.models import Delivery
@@ -20,7 +24,7 @@ from skald.tasks import sweep_notifications, watch_audit_chain
 from tests.audit.forge import tamper
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
-EVENTS = ["handoff.waiting", "run.failed", "proposal.pending", "audit.chain_broken", "task.dead_lettered"]
+EVENTS = ["handoff.waiting", "run.failed", "run.stuck", "proposal.pending", "audit.chain_broken", "task.dead_lettered"]
 
 
 @pytest.fixture
@@ -54,6 +58,20 @@ def test_a_handoff_is_announced_once_with_the_question_and_the_run_page(alice, a
 def test_a_failed_run_is_announced(alice, api, case, receiver):
     launch(api, alice, case, ProviderError("upstream 500", code="provider_http_status"))
     assert receiver.types() == ["run.failed"]
+
+
+def test_a_run_that_records_nothing_for_a_while_is_announced_once_per_stall(alice, api, case, receiver, settings):
+    settings.SKALD_SYNC_TASKS = False  # no worker drives it: the run stays queued
+    settings.SKALD_GDL_WAIT_SECONDS = 0
+    launch(api, alice, case, text_turn("never reached"))
+    run = Run.objects.get()
+    settings.SKALD_SYNC_TASKS = True
+    start = clock.now()
+    for minutes in (10, 31, 45):
+        with time_machine.travel(start + timedelta(minutes=minutes), tick=False):
+            sweep_notifications()
+    assert receiver.types() == ["run.stuck"]
+    assert receiver.accepted()[0].payload["link"].endswith(f"/admin/skald/run/{run.pk}/change/")
 
 
 def test_a_captured_proposal_is_announced_for_review(alice, api, case, receiver):
