@@ -92,3 +92,18 @@ def test_a_broken_audit_chain_is_announced_once(case, receiver):
     assert receiver.types() == ["audit.chain_broken"]
     assert receiver.accepted()[0].payload["risk"] == "high"
     assert Delivery.objects.count() == 1
+
+
+def test_a_dead_lettered_task_is_announced_to_its_owner_once(alice, receiver, case):
+    from skald.jobs.models import JobRun, ScheduledJob
+    from skald.jobs.services import DEAD_LETTER_AFTER, job_run_delivery_failed
+
+    now = clock.now()
+    job = ScheduledJob.objects.create(kind="cron", cron="0 3 * * *", status="scheduled", owner=alice,
+                                      agent="log-analyst", task="nightly", created_at=now, updated_at=now)
+    run = JobRun.objects.create(job=job, number=1, started_at=now)
+    for _ in range(DEAD_LETTER_AFTER + 1):
+        job_run_delivery_failed(run_id=run.pk, error="RuntimeError: the home cannot take it")
+    assert receiver.types() == ["task.dead_lettered"]
+    payload = receiver.accepted()[0].payload
+    assert payload["link"].endswith(f"/admin/skald/jobrun/{run.pk}/change/") and payload["requested_by"] == "alice"
