@@ -22,14 +22,17 @@ from skald.core.api.permissions import caller, roles
 from skald.core.api.strict_input import StrictInput
 from skald.core.errors import Forbidden, NotFound, SkaldError
 from skald.core.roles import Role
-from skald.notifications.models import Channel, Risk, Subscription
+from skald.notifications.models import Channel, Delivery, DeliveryStatus, Risk, Subscription
 from skald.notifications.selectors import subscriptions_visible_to
 from skald.notifications.services import (
     EVENT_KINDS,
+    delivery_retry,
     subscription_create,
     subscription_delete,
     subscription_update,
 )
+
+DELIVERY_LOG = 100
 
 
 class AnyRole(roles(*Role)):  # type: ignore[misc]  # a class built by roles()
@@ -168,4 +171,53 @@ class SubscriptionDetail(APIView):
         return Response({"id": subscription_id, "deleted": True})
 
 
-__all__ = ["SubscriptionDetail", "SubscriptionList"]
+class DeliveryView(serializers.Serializer):
+    id = serializers.IntegerField()
+    webhook_id = serializers.CharField(help_text="Sent unchanged on every attempt (the webhook-id header).")
+    event_id = serializers.UUIDField()
+    type = serializers.ChoiceField(choices=EVENT_KINDS)
+    subject = serializers.CharField()
+    status = serializers.ChoiceField(choices=DeliveryStatus.values)
+    attempts = serializers.IntegerField()
+    next_attempt_at = serializers.DateTimeField()
+    last_status_code = serializers.IntegerField(allow_null=True)
+    last_error = serializers.CharField(allow_blank=True)
+    latency_ms = serializers.IntegerField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    sent_at = serializers.DateTimeField(allow_null=True)
+
+
+def delivery_view(d: Delivery) -> dict[str, Any]:
+    return {"id": d.pk, "webhook_id": d.webhook_id, "event_id": d.event_id, "type": d.kind, "subject": d.subject,
+            "status": d.status, "attempts": d.attempts, "next_attempt_at": d.next_attempt_at,
+            "last_status_code": d.last_status_code, "last_error": d.last_error, "latency_ms": d.latency_ms,
+            "created_at": d.created_at, "sent_at": d.sent_at}
+
+
+class SubscriptionDeliveries(APIView):
+    permission_classes = [AnyRole]
+
+    @extend_schema(operation_id="notification_delivery_list", summary="A subscription's delivery log (latest 100)",
+                   responses={200: DeliveryView(many=True), **_errors(_404="subscription_not_found")})
+    def get(self, request: Request, subscription_id: int) -> Response:
+        subscription = _visible(request, subscription_id)
+        return Response([delivery_view(d) for d in subscription.deliveries.order_by("-id")[:DELIVERY_LOG]])
+
+
+class DeliveryRetry(APIView):
+    permission_classes = [AnyRole]
+
+    @extend_schema(operation_id="notification_delivery_retry", summary="Send a dead letter again now",
+                   description="Same webhook-id; one more attempt (a dead letter again if it fails).",
+                   request=None, responses={200: DeliveryView, **_errors(_404="delivery_not_found",
+                                                                         _409="notify_delivery_sent")})
+    def post(self, request: Request, delivery_id: int) -> Response:
+        visible = subscriptions_visible_to(caller(request))
+        if not Delivery.objects.filter(pk=delivery_id, subscription__in=visible).exists():
+            raise NotFound("no such delivery", code="delivery_not_found")
+        delivery = delivery_retry(actor=Actor.user(caller(request)), delivery_id=delivery_id)
+        delivery.refresh_from_db()
+        return Response(delivery_view(delivery))
+
+
+__all__ = ["DeliveryRetry", "SubscriptionDeliveries", "SubscriptionDetail", "SubscriptionList"]

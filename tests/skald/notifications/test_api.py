@@ -14,6 +14,7 @@ from audit.models import AuditEvent
 from skald.notifications.events import EventKind
 from skald.notifications.models import Subscription
 from skald.notifications.schema import EVENT_TYPES
+from skald.notifications.services import notification_record
 from tests.conftest import make_user
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -94,3 +95,22 @@ def test_the_payload_schema_is_published_and_names_every_event(client):
     events = document["components"]["schemas"]["NotificationEventEnum"]["enum"]
     assert tuple(events) == EVENT_TYPES == tuple(str(k) for k in EventKind)
     assert "/api/notifications/subscriptions/{subscription_id}/" in document["paths"]
+
+
+def test_the_delivery_log_and_a_dead_letters_retry_through_the_api(api, carol, bob, receiver, event, settings):
+    settings.SKALD_NOTIFY_MAX_ATTEMPTS = 1
+    receiver.otherwise = 500
+    created = api(carol).post(LIST, {**HOOK, "target": receiver.url}, format="json").json()
+    receiver.secret = created["secret"]
+    notification_record(event=event())
+    (row,) = api(carol).get(f"{LIST}{created['id']}/deliveries/").json()
+    assert (row["status"], row["attempts"], row["last_status_code"]) == ("dead", 1, 500)
+    assert api(bob).get(f"{LIST}{created['id']}/deliveries/").json()["code"] == "subscription_not_found"
+    assert api(bob).post(f"/api/notifications/deliveries/{row['id']}/retry").json()["code"] == "delivery_not_found"
+
+    receiver.otherwise = 204
+    retried = api(carol).post(f"/api/notifications/deliveries/{row['id']}/retry")
+    assert retried.status_code == 200 and retried.json()["status"] == "sent"
+    assert retried.json()["webhook_id"] == row["webhook_id"] == receiver.received[-1].webhook_id
+    again = api(carol).post(f"/api/notifications/deliveries/{row['id']}/retry")
+    assert (again.status_code, again.json()["code"]) == (409, "notify_delivery_sent")
