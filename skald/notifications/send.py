@@ -141,12 +141,14 @@ def _record(delivery: Delivery, attempt: Attempt) -> str:
                              delivered_after_ms=max(int((now - delivery.event_at).total_seconds() * 1000), 0))
             Subscription.objects.filter(pk=delivery.subscription_id, failing=True).update(failing=False)
             return "sent"
-        dead = delivery.attempts >= settings.SKALD_NOTIFY_MAX_ATTEMPTS
+        disabled = not delivery.subscription.enabled  # nobody wants it any more: no retries
+        dead = disabled or delivery.attempts >= settings.SKALD_NOTIFY_MAX_ATTEMPTS
         open_rows.update(status=DeliveryStatus.DEAD if dead else DeliveryStatus.FAILING,
                          next_attempt_at=now + timedelta(seconds=retry_delay(delivery.attempts)),
                          last_status_code=attempt.status_code, last_error=attempt.error,
                          latency_ms=attempt.latency_ms)
-        Subscription.objects.filter(pk=delivery.subscription_id).update(failing=True, last_error=attempt.error)
+        if not disabled:  # a receiver failed, not a choice
+            Subscription.objects.filter(pk=delivery.subscription_id).update(failing=True, last_error=attempt.error)
         if dead:
             audit_append(actor=Actor.system("notifications"), kind=AuditKind.NOTIFY_DELIVERY_DEAD,
                          subject_type="delivery", subject_id=delivery.pk,

@@ -141,3 +141,13 @@ def test_metrics_count_sent_failed_and_dead_letters_and_time_the_delivery(hook, 
     assert 'skald_notifications_dead_lettered_total{channel="webhook"} 1.0' in lines
     assert "skald_notification_delivery_seconds_count 1.0" in lines
     assert 'skald_notification_delivery_seconds_bucket{le="+Inf"} 1.0' in lines
+
+
+def test_a_message_due_to_a_subscription_disabled_since_is_a_dead_letter_at_once(hook, receiver, event, settings):
+    settings.SKALD_SYNC_TASKS = False
+    (delivery,) = notification_record(event=event())
+    Subscription.objects.filter(pk=hook.pk).update(enabled=False)
+    assert send.delivery_send(delivery.pk) == "dead"
+    assert receiver.received == []
+    hook.refresh_from_db()
+    assert not hook.failing
