@@ -28,6 +28,7 @@ from audit.actors import Actor
 from audit.kinds import AuditKind
 from audit.services import audit_append
 from loop.errors import ProviderError
+from loop.failpoints import failpoint
 from skald.core import clock
 from skald.notifications import outbound
 from skald.notifications.models import Channel, Delivery, DeliveryStatus, Subscription
@@ -66,9 +67,11 @@ def claim(delivery_id: int, *, now: datetime) -> bool:
 
 def delivery_send(delivery_id: int) -> str:
     """Attempt one due delivery and record the outcome (the task and the sweep call this)."""
+    failpoint("notify.before_send")  # the outbox row committed, nothing sent yet
     now = clock.now()
     if not claim(delivery_id, now=now):
         return "not due"
+    failpoint("notify.after_claim")  # claimed, nothing sent: due again after the lease
     delivery = Delivery.objects.select_related("subscription", "subscription__owner").get(pk=delivery_id)
     if not delivery.subscription.enabled:
         attempt = Attempt(False, None, "the subscription is disabled", 0)
