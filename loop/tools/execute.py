@@ -24,7 +24,7 @@ from loop.parking import ParkEntry
 from loop.ports import DelegateReturn, Tool, ToolContext
 from loop.sql import release_thread
 from loop.tools import threads
-from loop.tools.infra import is_infrastructure_error
+from loop.tools.infra import ToolOutcomeUnknown, is_infrastructure_error
 from loop.tripwires import Detector
 from loop.tripwires.guard import find_tripwires, withheld_notice
 
@@ -114,6 +114,9 @@ def classify_run(run: ToolRun, *, output_cap: int, detector: Detector | None = N
                            value.subagent)
     if run.canceled is not None:
         return ToolOutcome(ToolCallStatus.CANCELED, f"tool call canceled: {run.canceled}", True)
+    if isinstance(error, ToolOutcomeUnknown):
+        return ToolOutcome(ToolCallStatus.INTERRUPTED, f"interrupted: {run.tool}: {error}; the outcome is unknown "
+                           "and the call was not retried", True)
     if error is not None and is_infrastructure_error(error):
         logger.error("tool %s hit an infrastructure failure: %r", run.tool, error)
         detail = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""

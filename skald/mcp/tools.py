@@ -8,7 +8,11 @@ execution, truncation, tripwires, result). Here only the execution:
 - the connection's listing is compared with the pin: a differing definition quarantines the tool
   (:func:`skald.mcp.services.mcp_server_refresh`) and refuses the call;
 - ``structuredContent`` (else the content blocks) becomes the result text; ``isError`` is a
-  model-visible tool error; a transport failure or dead server is an infrastructure failure.
+  model-visible tool error; a server that cannot be reached is an infrastructure failure;
+- a server that dies (or whose transport breaks) while a call is in flight: the call may have taken
+  effect. A call safe to repeat (the restart hint ``RERUN``) is made once more on a fresh connection;
+  any other ends ``interrupted`` (:class:`~loop.tools.infra.ToolOutcomeUnknown`), which the model
+  reads, and the exchange goes on.
 
 Durability (the restart hint): ``RERUN`` only for a tool annotated ``idempotentHint`` or
 ``readOnlyHint`` on a trusted server; any other call interrupted by a crash ends ``interrupted``
@@ -28,6 +32,7 @@ from django.conf import settings
 from loop.errors import ToolError
 from loop.ports import Tool, ToolContext
 from loop.tools.hints import RestartHint
+from loop.tools.infra import ToolOutcomeUnknown
 from skald.mcp import metrics, tools_cache
 from skald.mcp.calls import CallResult, McpCallError, McpUnavailable
 from skald.mcp.config import McpConfigError
@@ -89,8 +94,19 @@ class McpToolProxy:
         timeout = float(context.timeout or settings.SKALD_MCP_CALL_TIMEOUT_SECONDS)
         started = time.monotonic()
         try:
-            result = pool().call(spec, self.tool, arguments, cancel=context.cancel, timeout=timeout,
-                                 on_progress=self._reporter(context))
+            try:
+                result = pool().call(spec, self.tool, arguments, cancel=context.cancel, timeout=timeout,
+                                     on_progress=self._reporter(context))
+            except McpUnavailable as exc:
+                mcp_server_status_record(server=server, error=exc.detail)
+                if self.restart_hint != RestartHint.RERUN:
+                    raise ToolOutcomeUnknown(f"MCP server {self.server!r} ended while the call was in flight "
+                                             f"({exc.detail})") from exc
+                # Safe to repeat: once more, on the connection the pool opens afresh (a second failure is
+                # the infrastructure's).
+                result = pool().call(spec, self.tool, arguments, cancel=context.cancel, timeout=timeout,
+                                     on_progress=self._reporter(context))
+                mcp_server_status_record(server=server, error="")
         except McpUnavailable as exc:
             mcp_server_status_record(server=server, error=exc.detail)
             raise

@@ -86,6 +86,12 @@ def build(state: Path, variant: str = "") -> MCPServer:
     def die() -> str:
         os._exit(3)
 
+    @server.tool(description="Reads; the first process to serve it exits mid-call.", annotations=READ_ONLY)
+    def read_once_dies() -> str:
+        if bump("read_once_dies") == 1:
+            os._exit(3)
+        return "read on a fresh server"
+
     return server
 
 

@@ -55,7 +55,8 @@ def test_it_discovers_pins_and_offers_each_tool_as_mcp_server_tool(stdio_server,
     ask("what can you do?")
 
     tools = {t.name: t for t in McpTool.objects.filter(server=server)}
-    assert set(tools) == {"echo", "delete_thing", "broken", "leak", "steps", "mutate", "slow", "hang", "die"}
+    assert set(tools) == {"echo", "delete_thing", "broken", "leak", "steps", "mutate", "slow", "hang", "die",
+                          "read_once_dies"}
     assert tools["echo"].annotations == {"readOnlyHint": True, "idempotentHint": True}
     assert len(tools["echo"].digest) == 64 and tools["echo"].status == McpToolStatus.ACTIVE
     assert {"mcp__demo__echo", "mcp__demo__delete_thing", "read_file"} <= offered(provider)
@@ -88,7 +89,7 @@ def test_a_read_only_tool_of_a_trusted_server_runs_without_approval(stdio_server
     metrics = client.get("/metrics").content.decode()
     assert 'skald_mcp_calls_total{server="demo",status="completed"} 1.0' in metrics
     assert 'skald_mcp_call_seconds_count{server="demo"}' in metrics
-    assert 'skald_mcp_tools{server="demo",status="active"} 9.0' in metrics
+    assert 'skald_mcp_tools{server="demo",status="active"} 10.0' in metrics
 
 
 def test_a_read_only_tool_of_an_untrusted_server_needs_approval(stdio_server, ask, script, state):
@@ -274,25 +275,43 @@ def test_a_program_taken_off_the_allowlist_is_refused_at_call_time(stdio_server,
     assert McpServer.objects.get(name="demo").status == McpServerStatus.FAILING
 
 
-def test_a_server_killed_mid_call_is_a_typed_infrastructure_failure(stdio_server, ask, script, state):
+def test_a_server_killed_mid_call_ends_the_call_interrupted_and_the_exchange_settles(stdio_server, ask, script,
+                                                                                      state):
+    """The server died with a destructive call in flight: it may have taken effect, so the call is
+    not made again; it ends ``interrupted`` (the model reads that the outcome is unknown), the server
+    shows failing, and the exchange goes on to its answer."""
     stdio_server()
     allow("mcp__demo__die")
-    script(tool_turn(("mcp__demo__die", {})), text_turn("never"))
+    provider = script(tool_turn(("mcp__demo__die", {})), text_turn("The restart's outcome is unknown."))
 
-    try:
-        ask("die")
-    except Exception as exc:
-        assert getattr(exc, "code", "") == "tool_infrastructure_error"
+    exchange = ask("die")
 
-    exchange = Exchange.objects.get()
-    assert (exchange.status, exchange.error_code) == (ExchangeStatus.BROKEN, "tool_infrastructure_error")
-    assert ToolCall.objects.get(exchange=exchange).status == ToolCallStatus.RUNNING  # never a silent result
+    assert (exchange.status, exchange.outcome) == (ExchangeStatus.SETTLED, "completed")
+    call = ToolCall.objects.get(exchange=exchange)
+    assert (call.status, call.is_error) == (ToolCallStatus.INTERRUPTED, True)
+    assert call.result.startswith("interrupted: mcp__demo__die: MCP server 'demo' ended while the call was in flight")
+    assert call.result.endswith("the outcome is unknown and the call was not retried")
+    assert "outcome is unknown" in tool_message(provider, 1)  # the model read it
     server = McpServer.objects.get(name="demo")
     assert server.status == McpServerStatus.FAILING and server.last_error
     # the next call starts a new server process
     provider = script(tool_turn(("mcp__demo__echo", {"text": "back"})), text_turn("back"))
     assert ask("again").outcome == "completed"
     assert "echo: back" in tool_message(provider, 1)
+    assert McpServer.objects.get(name="demo").status == McpServerStatus.CONNECTED
+
+
+def test_a_call_safe_to_repeat_is_made_once_more_when_its_server_dies_mid_call(stdio_server, ask, script, state):
+    stdio_server(trust="trusted")
+    allow("mcp__demo__read_once_dies")
+    provider = script(tool_turn(("mcp__demo__read_once_dies", {})), text_turn("read"))
+
+    exchange = ask("read")
+
+    call = ToolCall.objects.get(exchange=exchange)
+    assert (call.status, json.loads(call.result)) == (ToolCallStatus.COMPLETED, {"result": "read on a fresh server"})
+    assert counter(state, "read_once_dies") == 2  # the dead process's call, then the fresh one's
+    assert "read on a fresh server" in tool_message(provider, 1)
     assert McpServer.objects.get(name="demo").status == McpServerStatus.CONNECTED
 
 
