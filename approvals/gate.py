@@ -15,12 +15,14 @@ from django.db import transaction
 from django.db.models import F
 
 from approvals.models import ApprovalRule, ApprovalStatus, PendingApproval
+from approvals.pending.notices import approval_announce
 from audit.actors import Actor
 from audit.kinds import AuditKind
 from audit.services import audit_append
 from loop.ports import GateCall, GateVerdict, TurnScope
 from skald.core import clock
 from skald.core.ids import new_uuid
+from skald.notifications.events import EventKind
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +92,7 @@ class ApprovalGate:
             payload={"tool_call": call.call_id, "tool": call.tool, "rule": verdict.rule_id,
                      "arguments_hash": call.arguments_hash, "expires_at": approval.expires_at.isoformat()},
         )
+        approval_announce(approval, EventKind.APPROVAL_PENDING)  # the outbox row commits with the park
         return {"request_id": str(approval.request_id), "tool": call.tool, "preview": preview,
                 "rule": approval.rule_snapshot, "expires_at": approval.expires_at.isoformat(),
                 "batch": approval.batch, "requested_by_id": approval.requested_by_id}

@@ -1,6 +1,7 @@
 """Audit kinds: one enumeration in numbered bands, each with a stable dotted label.
 
-Bands: 1xx system and audit itself (13x identity), 2xx loop sessions/exchanges/events, 3xx tool calls, 4xx
+Bands: 1xx system and audit itself (13x identity, 16x notifications),
+2xx loop sessions/exchanges/events, 3xx tool calls, 4xx
 approvals, 5xx cases and runs, 6xx proposals and knowledge, 7xx policy (hooks, budgets).
 The kernel names kinds by label (it cannot import this module); :func:`kind_for_label` maps them
 and fails loudly on an unknown label.
@@ -33,6 +34,11 @@ class AuditKind(models.IntegerChoices):
     USER_REACTIVATED = 142, "identity.user_reactivated"
     ROLES_SET = 143, "identity.roles_set"
     USER_DELETED = 144, "identity.user_deleted"
+    # 16x notifications (skald/notifications): subscriptions, dead letters and their retries
+    NOTIFY_SUBSCRIPTION_CHANGED = 160, "notify.subscription_changed"  # created, updated, deleted
+    NOTIFY_SECRET_ROTATED = 161, "notify.secret_rotated"
+    NOTIFY_DELIVERY_DEAD = 162, "notify.delivery_dead"  # the retry budget is spent
+    NOTIFY_DELIVERY_RETRIED = 163, "notify.delivery_retried"  # a person sent a dead letter again
     # 2xx loop
     SESSION_CREATED = 200, "loop.session.created"
     EXCHANGE_ADMITTED = 210, "loop.exchange.admitted"

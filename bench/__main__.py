@@ -4,6 +4,7 @@ then :mod:`bench.peer`, the same turn through LangGraph checkpointing to the sam
 its own virtualenv, :mod:`bench.peer_runner`);
 then :mod:`bench.tracing`, the kernel turn with OpenTelemetry on against off;
 then :mod:`bench.stream_latency`, event commit → websocket client, in the embedded and Redis profiles;
+then :mod:`bench.notify_latency`, approval created → webhook receiver's first byte, on each database;
 then :mod:`bench.compaction` (a 2,000-turn session: request size and per-turn cost at turns 1, 500,
 1,000 and 2,000) on each database;
 then :mod:`bench.scale`, K sessions x W qcluster workers through django-q2 and a worker's RSS;
@@ -28,6 +29,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from bench import mcp_call as mcp_call_bench
+from bench import notify_latency as notify_bench
 from bench import policy_preview as policy_preview_bench
 from bench import tripwires as tripwire_bench
 from bench.child_run import run_for_json
@@ -46,6 +48,8 @@ STREAM_TARGET_P95_MS = {"embedded": 250.0, "redis": 50.0}
 LOAD_TIMEOUT_S = 1200
 SCALE_POSTGRES_URL = os.environ.get("BENCH_SCALE_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/skald_bench_scale")
 SCALE_TIMEOUT_S = 1500
+NOTIFY_POSTGRES_URL = os.environ.get("BENCH_NOTIFY_POSTGRES_URL",
+                                     "postgres://postgres@127.0.0.1:5432/skald_bench_notify")
 BENCH_DIR = BASE_DIR / "var" / "bench"
 STAMP = time.strftime("%Y%m%dT%H%M%S")
 COMPACTION_TIMEOUT_S = 900
@@ -100,6 +104,28 @@ def run_stream(profile: str, env: dict[str, str], result_file: Path) -> dict[str
     env = {**env, "SKALD_ALLOWED_HOSTS": "127.0.0.1"}  # the websocket origin check
     return run_for_json([sys.executable, "-m", "bench.stream_latency", "--profile", profile,
                          "--result-file", str(result_file)], env, result_file, RUN_TIMEOUT_S)
+
+
+def run_notify(tmp: str, *, postgres: bool) -> str:
+    """:mod:`bench.notify_latency` on SQLite and on PostgreSQL (the production profile's database)."""
+    print("\n=== Notification latency: approval created -> webhook receiver (issue 31) ===", flush=True)
+    lines = ["approval created -> webhook receiver's first byte (send at commit; target p95 <= "
+             f"{notify_bench.TARGET_P95_MS:g} ms on PostgreSQL)"]
+    runs = [("SQLite", "")] + ([("PostgreSQL", NOTIFY_POSTGRES_URL)] if postgres else [])
+    for name, url in runs:
+        if url and (problem := recreate_postgres_database(url)):
+            lines.append(f"  {name:10} not measured (unreachable: {problem})")
+            continue
+        result_file = Path(tmp) / f"notify-{name}.json"
+        value = run_for_json([sys.executable, "-m", "bench.notify_latency", "--result-file", str(result_file)],
+                             _env(Path(tmp) / f"notify-{name}", url), result_file, RUN_TIMEOUT_S)
+        if isinstance(value, str):
+            lines.append(f"  {name:10} not measured ({value})")
+            continue
+        p95 = float(str(value["p95_ms"]))
+        lines.append(f"  {name:10} p50 {float(str(value['p50_ms'])):6.1f} ms   p95 {p95:6.1f} ms "
+                     f"{mark(p95 <= notify_bench.TARGET_P95_MS)}   over {value['approvals']} approvals")
+    return "\n".join(lines)
 
 
 def stream_summary(results: dict[str, dict[str, object] | str]) -> str:
@@ -232,6 +258,7 @@ def main() -> int:
             "redis", {**_env(Path(tmp) / "stream-redis", STREAM_POSTGRES_URL), "REDIS_URL": STREAM_REDIS_URL},
             Path(tmp) / "stream-r.json")
         tracing = run_tracing(_env(Path(tmp) / "tracing"), Path(tmp) / "tracing.json")
+        notify = run_notify(tmp, postgres=not isinstance(results["PostgreSQL"], str))
         compaction = {"SQLite": run_compaction("SQLite (fresh file, WAL)", _env(Path(tmp) / "c-sqlite"))}
         if not isinstance(results["PostgreSQL"], str) and not recreate_postgres_database(POSTGRES_URL):
             compaction["PostgreSQL"] = run_compaction(f"PostgreSQL ({POSTGRES_URL}, recreated)",
@@ -241,6 +268,7 @@ def main() -> int:
           f"{os.getloadavg()[0]:.2f} now) ===", flush=True)
     print(summary(results, peers), flush=True)
     print(stream_summary(streams), flush=True)
+    print(notify, flush=True)
     print(scale_summary(scale), flush=True)
     write_json(load, results, peers, streams, scale)
     failed = [name for name, value in [*results.items(), *streams.items(), ("scale", scale)]

@@ -34,6 +34,8 @@ FAILPOINTS: tuple[str, ...] = (
     "delegation.after_child_close",
     "delegation.before_delivery",
     "approvals.after_take",
+    "notify.before_send",
+    "notify.after_claim",
 )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import IntegrityError, transaction
+from django.urls import reverse
 
 from audit.actors import Actor
 from audit.kinds import AuditKind
@@ -29,6 +30,9 @@ from skald.core import clock
 from skald.core.errors import Conflict, Forbidden, NotFound, SkaldError
 from skald.core.roles import Role, has_role
 from skald.models import Run
+from skald.notifications.events import Event, EventKind
+from skald.notifications.models import Risk
+from skald.notifications.services import notification_record
 
 CAPTURE_TOOL = "propose_knowledge"
 REASON_MAX = 2000
@@ -65,7 +69,8 @@ def capture_proposals_on_resolve(*, run: Run) -> list[Proposal]:
     """
     with transaction.atomic():
         # Serialise captures of one run; the unique source_key is the last line behind this.
-        locked = Run.objects.select_for_update(of=("self",)).select_related("case", "launched_by").get(pk=run.pk)
+        locked = Run.objects.select_for_update(of=("self",)).select_related(
+            "case", "launched_by", "session").get(pk=run.pk)
         captured = set(Proposal.objects.filter(session_id=locked.session_id).values_list("source_key", flat=True))
         drafts = _drafts(locked, captured)
         now = clock.now()
@@ -80,8 +85,17 @@ def capture_proposals_on_resolve(*, run: Run) -> list[Proposal]:
                 payload={"run": locked.pk, "session": locked.session_id, "source_key": draft.source_key,
                          "title": draft.title, "cited_seqs": [e["seq"] for e in draft.evidence["events"]]},
             )
+            _announce_pending(proposal, locked)  # the outbox row commits with the capture
             created.append(proposal)
     return created
+
+
+def _announce_pending(proposal: Proposal, run: Run) -> None:
+    notification_record(event=Event(
+        kind=EventKind.PROPOSAL_PENDING, subject=f"proposal:{proposal.pk}", summary=f"Review: {proposal.title}",
+        link_path=reverse("admin:proposals_proposal_change", args=[proposal.pk]), occurred_at=proposal.created_at,
+        requested_by=run.launched_by.get_username(), risk=Risk.LOW, agent=run.session.agent, case=str(run.case_id),
+        facts={"proposal": proposal.pk, "title": proposal.title, "run": run.pk}))
 
 
 def _drafts(run: Run, captured: set[str]) -> list[_Draft]:

@@ -203,3 +203,15 @@ def check_mcp_settings(app_configs: Any = None, **kwargs: Any) -> list[Error | W
                                 "each worker resolves them on its own PATH.",
                                 hint="Name each program by its absolute path.", id="skald.W020"))
     return problems
+
+
+@register()
+def check_notification_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Notifications (docs/notifications.md): the receivers' allowed CIDRs must parse."""
+    from loop.providers.netguard import parse_allow_cidrs
+
+    try:
+        parse_allow_cidrs(settings.SKALD_NOTIFY_ALLOW_CIDRS or "")
+    except ValueError as exc:
+        return [Error(f"SKALD_NOTIFY_ALLOW_CIDRS is invalid: {exc}", id="skald.E030")]
+    return []

@@ -15,6 +15,8 @@ from skald.agents.seed import seed_agents
 from skald.cases.services import case_create
 from skald.identity.users import user_roles_set
 from skald.models import Case
+from skald.notifications.models import Subscription
+from skald.notifications.services import subscription_create
 
 DEFAULT_DEMO_PASSWORD = "skald-demo"  # noqa: S105 - the documented demo login, printed by make run
 DEMO_CASE_TITLE = "Checkout API returns 502 after deploy"
@@ -97,6 +99,23 @@ def demo_mcp_ensure() -> str:
     return "demo MCP server: registered and enabled"
 
 
+DEMO_APPROVER_EMAIL = "approver@skald.invalid"
+DEMO_NOTIFY_EVENTS = ["approval.pending", "approval.escalated", "approval.expiring", "approval.expired"]
+
+
+def demo_notifications_ensure() -> None:
+    """The demo approver hears of approvals by e-mail (its own address; the console backend prints
+    the messages in `make run`'s output unless SKALD_EMAIL_HOST names an SMTP server)."""
+    approver = User.objects.filter(username="approver").first()
+    if approver is None or Subscription.objects.filter(owner=approver).exists():
+        return
+    if not approver.email:
+        approver.email = DEMO_APPROVER_EMAIL
+        approver.save(update_fields=["email"])
+    subscription_create(actor=Actor.system("demo"), owner=approver, data={
+        "name": "My approvals by e-mail", "channel": "user_email", "events": DEMO_NOTIFY_EVENTS})
+
+
 def seed_demo(*, password: str | None) -> SeedReport:
     """Create what is missing; change nothing that exists except passwords when one is given."""
     chosen = password or DEFAULT_DEMO_PASSWORD
@@ -138,6 +157,7 @@ def seed_demo(*, password: str | None) -> SeedReport:
             )
         seed_agents()
         demo_rules_ensure()
+        demo_notifications_ensure()
     return SeedReport(
         password=chosen, password_from_env=bool(password), created_users=tuple(created), case_id=case.pk
     )

@@ -94,6 +94,8 @@ def _banner(base: str, logins: str) -> str:
             "then as approver, open the pending approval and approve it; then as reviewer, accept the "
             "run's proposal.\n\n"
             f"{logins.strip()}\n"
+            "Notifications: the approver's e-mails (approval pending, escalated, expiring, expired) are "
+            "printed here, in this window, by the console e-mail backend (set SKALD_EMAIL_HOST to send them).\n"
             f"URLs:\n  home:     {base}/admin/\n  console:  {base}/console/\n"
             f"  API docs: {base}/api/docs/\n  ready:    {base}/readyz\n")
 
@@ -285,6 +287,8 @@ def main() -> int:
     if not port.isdigit() or not 0 < int(port) < 65536:
         print(f"PORT={port!r} is not a port number; choose one, e.g. `make run PORT=8001`.", file=sys.stderr)
         return 2
+    # Deep links in notifications point at this server unless the operator names its public address.
+    os.environ.setdefault("SKALD_PUBLIC_URL", f"http://{host}:{port}")
     busy = _port_taken(host, int(port))
     if busy is not None:
         print(f"Cannot listen on {host}:{port}: {busy.strerror or busy}. Another program (perhaps another "

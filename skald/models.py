@@ -143,11 +143,13 @@ class WorkspaceFile(models.Model):
 from skald.identity.models import ProviderGroupMapping, ProviderIdentity, TokenRevocation  # noqa: E402  (app models)
 from skald.jobs.models import JobKind, JobRun, JobStatus, RunEnding, ScheduledJob  # noqa: E402  (app models)
 from skald.mcp.models import McpServer, McpTool  # noqa: E402  (app models)
+from skald.notifications.models import Delivery, Subscription  # noqa: E402  (app models)
 
 __all__ = [
-    "Agent", "AgentKind", "Case", "CaseLog", "CaseStatus", "JobKind", "JobRun", "JobStatus", "McpServer", "McpTool",
-    "ProviderGroupMapping",
-    "ProviderIdentity", "Run", "RunEnding", "RunStatus", "ScheduledJob", "TokenRevocation", "WorkspaceBlob",
+    "Agent", "AgentKind", "Case", "CaseLog", "CaseStatus", "Delivery", "JobKind", "JobRun", "JobStatus", "McpServer",
+    "McpTool", "ProviderGroupMapping",
+    "ProviderIdentity", "Run", "RunEnding", "RunStatus", "ScheduledJob", "Subscription", "TokenRevocation",
+    "WorkspaceBlob",
     "WorkspaceFile",
 ]
 

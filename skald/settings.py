@@ -309,12 +309,14 @@ content type is a 415). Every error body is `{"code", "message", "extra"}` with 
 each operation lists its codes per status. See `docs/calling-skald.md` in the repository.
 """
 
+from skald.notifications.schema import EVENT_TYPES as NOTIFICATION_EVENT_TYPES  # noqa: E402  (pure data)
+from skald.notifications.schema import notification_components  # noqa: E402  (pure data)
 from skald.tools.delegation_schemas import openapi_components  # noqa: E402  (pure data)
 
 SPECTACULAR_SETTINGS = {
     # The argument schemas of the delegation tools models are prompted with (docs/delegation.md),
     # copies with their enums named (the tools validate with the originals).
-    "APPEND_COMPONENTS": {"schemas": openapi_components()},
+    "APPEND_COMPONENTS": {"schemas": {**openapi_components(), **notification_components()}},
     "TITLE": "Skald API",
     "DESCRIPTION": SPECTACULAR_DESCRIPTION,
     "VERSION": "0.1.0",
@@ -348,6 +350,8 @@ SPECTACULAR_SETTINGS = {
                                           "and apply."},
         {"name": "mcp", "description": "MCP servers (admins only): registration validated at save, their tools "
                                        "with pinned definitions and quarantines."},
+        {"name": "notifications", "description": "Subscriptions to events (own ones; admins all). Webhook bodies "
+                                                 "are the NotificationPayload component (docs/notifications.md)."},
     ],
     # Several components share field names ("status", "decision") over different choice sets.
     "ENUM_NAME_OVERRIDES": {
@@ -360,6 +364,8 @@ SPECTACULAR_SETTINGS = {
         "ApproveDecisionEnum": ["approve"],
         "RejectDecisionEnum": ["reject"],
         "HandoffDecisionEnum": ["continue", "close"],
+        "NotificationEventEnum": list(NOTIFICATION_EVENT_TYPES),
+        "NotificationRiskEnum": ["low", "medium", "high"],
     },
 }
 
@@ -437,6 +443,30 @@ SKALD_MCP_STDIO_ALLOWLIST = tuple(envlist("SKALD_MCP_STDIO_ALLOWLIST"))
 SKALD_MCP_ALLOW_CIDRS = envstr("SKALD_MCP_ALLOW_CIDRS")
 SKALD_MCP_IDLE_SECONDS = envint("SKALD_MCP_IDLE_SECONDS", 300, minimum=1)
 SKALD_MCP_CALL_TIMEOUT_SECONDS = envint("SKALD_MCP_CALL_TIMEOUT_SECONDS", 60, minimum=1)
+# Notifications (docs/notifications.md). Deep links are absolute: SKALD_PUBLIC_URL is the address
+# people open Skald at. Webhook and chat receivers pass the providers' SSRF screen; private or
+# loopback receivers need their range here. A message is retried with exponential backoff and
+# jitter up to SKALD_NOTIFY_MAX_ATTEMPTS sends, then it is a dead letter (retryable in the admin).
+SKALD_PUBLIC_URL = envstr("SKALD_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+SKALD_NOTIFY_ALLOW_CIDRS = envstr("SKALD_NOTIFY_ALLOW_CIDRS")
+SKALD_NOTIFY_MAX_ATTEMPTS = envint("SKALD_NOTIFY_MAX_ATTEMPTS", 8, minimum=1)
+SKALD_NOTIFY_RETRY_BASE_SECONDS = envint("SKALD_NOTIFY_RETRY_BASE_SECONDS", 30, minimum=1)
+SKALD_NOTIFY_RETRY_CAP_SECONDS = envint("SKALD_NOTIFY_RETRY_CAP_SECONDS", 3600, minimum=1)
+SKALD_NOTIFY_TIMEOUT_SECONDS = envint("SKALD_NOTIFY_TIMEOUT_SECONDS", 10, minimum=1)
+SKALD_NOTIFY_EXPIRY_WARNING_MINUTES = envint("SKALD_NOTIFY_EXPIRY_WARNING_MINUTES", 60, minimum=1)
+SKALD_NOTIFY_RUN_STUCK_MINUTES = envint("SKALD_NOTIFY_RUN_STUCK_MINUTES", 30, minimum=1)
+SKALD_NOTIFY_SECRET_GRACE_HOURS = envint("SKALD_NOTIFY_SECRET_GRACE_HOURS", 24, minimum=0)
+# E-mail: SMTP when SKALD_EMAIL_HOST is set, else the console backend (messages on the server's output).
+SKALD_EMAIL_HOST = envstr("SKALD_EMAIL_HOST")
+EMAIL_BACKEND = ("django.core.mail.backends.smtp.EmailBackend" if SKALD_EMAIL_HOST
+                 else "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = SKALD_EMAIL_HOST or "localhost"
+EMAIL_PORT = envint("SKALD_EMAIL_PORT", 587, minimum=1)
+EMAIL_HOST_USER = envstr("SKALD_EMAIL_USER")
+EMAIL_HOST_PASSWORD = envstr("SKALD_EMAIL_PASSWORD")  # or SKALD_EMAIL_PASSWORD_FILE
+EMAIL_USE_TLS = envbool("SKALD_EMAIL_TLS", True)
+EMAIL_TIMEOUT = envint("SKALD_EMAIL_TIMEOUT_SECONDS", 10, minimum=1)
+DEFAULT_FROM_EMAIL = envstr("SKALD_EMAIL_FROM", "skald@localhost")
 # The provider profile is parsed (and its status computed) by skald.provider_config at first use;
 # a partial profile fails the skald.E001 system check, so `manage.py check` refuses to boot.
 SKALD_PROVIDER_ENV = {k: v for k, v in os.environ.items() if k.startswith("BRAIN_GDL_PROVIDER_")}

@@ -5,18 +5,29 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
+from django.db import transaction
+from django.urls import reverse
 
+from approvals.pending.notices import approval_notices_due
 from approvals.pending.services import approvals_expire
+from audit.services import chain_verify_incremental
 from loop.errors import LeaseLost
 from loop.models import Exchange, ExchangeStatus, ToolCall
 from loop.recovery import recover_exchange, resolve_pending
-from skald.cases.runs import run_sync_from_exchange, runs_out_of_step
+from skald.cases.runs import run_sync_from_exchange, runs_out_of_step, runs_stuck_announce
+from skald.core import clock
 from skald.core.ids import new_token
 from skald.core.queue import enqueue_now
 from skald.jobs import delivery, runner
 from skald.loop_adapters.runtime import build_env
 from skald.loop_adapters.store import kernel_store
 from skald.loop_adapters.work import work_due, work_run
+from skald.notifications.events import Event as Notice
+from skald.notifications.events import EventKind as NoticeKind
+from skald.notifications.models import Risk
+from skald.notifications.selectors import deliveries_due
+from skald.notifications.send import delivery_send
+from skald.notifications.services import notification_record
 from skald.sessions import services as session_services
 
 logger = logging.getLogger(__name__)
@@ -133,7 +144,42 @@ def sweep() -> dict[str, int]:
     lagging = runs_out_of_step()
     for exchange_id in lagging:
         after_exchange(exchange_id)
-    return {"work": len(due), "exchanges": len(stranded), "runs": len(lagging)}
+    return {"work": len(due), "exchanges": len(stranded), "runs": len(lagging), **sweep_notifications()}
+
+
+def sweep_notifications() -> dict[str, int]:
+    """Record the time-based notices (escalation, about to expire) and send every delivery that is
+    due: one whose send never ran (a crash after the commit) or a failing one whose backoff ended."""
+    noticed = 0
+    for finder in (approval_notices_due, runs_stuck_announce):
+        try:
+            noticed += finder()
+        except Exception:  # the rest of the sweep (and the sends below) must not wait on it
+            logger.exception("%s failed", finder.__name__)
+    due = deliveries_due(now=clock.now())
+    for delivery_id in due:
+        enqueue_now("skald.tasks.notify_deliver", delivery_id, group="notify")
+    return {"notices": noticed, "deliveries": len(due)}
+
+
+def watch_audit_chain() -> str:
+    """Scheduled every five minutes: verify what was appended since the last pass; a broken chain
+    is announced once per first bad row (``audit.chain_broken``) to the auditors' subscriptions."""
+    report, _tip = chain_verify_incremental()
+    if report.ok:
+        return "ok"
+    with transaction.atomic():
+        notification_record(event=Notice(
+            kind=NoticeKind.AUDIT_CHAIN_BROKEN, subject=f"audit:seq{report.first_bad_seq}",
+            summary=f"The audit chain does not verify at row {report.first_bad_seq}: {report.reason}"[:300],
+            link_path=reverse("admin:audit_auditevent_verify"), occurred_at=clock.now(), risk=Risk.HIGH,
+            facts={"first_bad_seq": report.first_bad_seq, "reason": report.reason, "rows": report.rows}))
+    return f"broken at {report.first_bad_seq}"
+
+
+def notify_deliver(delivery_id: int) -> str:
+    """Attempt one notification (``skald.notifications.send``); not due: nothing happens."""
+    return delivery_send(delivery_id)
 
 
 def recover_exchange_task(exchange_id: int) -> str:

@@ -21,6 +21,7 @@ from skald.identity import receivers as identity_receivers
 from skald.loop_adapters.preview import preview_for
 from skald.mcp import metrics as mcp_metrics
 from skald.models import Run
+from skald.notifications import metrics as notify_metrics
 from skald.plugins import sockets
 from skald.tools.catalog import BUILTIN_TOOLS
 
@@ -56,6 +57,7 @@ def install() -> None:
     sockets.tripwire_rules = tripwire_rule_set
     metrics.register_collector(approval_metrics.collect)
     metrics.register_collector(mcp_metrics.collect)
+    metrics.register_collector(notify_metrics.collect)
     identity_receivers.connect()  # sign-in audit and revocation (skald/identity)
     workers.connect()  # task starts recorded for readiness's progress check (skald/workers)
     _installed = True

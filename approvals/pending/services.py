@@ -14,6 +14,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from approvals.models import ApprovalStatus, PendingApproval
+from approvals.pending.notices import approval_announce
 from audit.actors import Actor
 from audit.kinds import AuditKind
 from audit.services import audit_append
@@ -23,6 +24,7 @@ from skald.core import clock
 from skald.core.errors import Conflict, Forbidden, NotFound, SkaldError
 from skald.core.roles import Role, has_role
 from skald.loop_adapters.work import work_on_commit
+from skald.notifications.events import EventKind
 from skald.tracing.spans import decision_span
 
 Decision = Literal["approve", "reject"]
@@ -131,6 +133,7 @@ def approvals_expire(*, request_ids: Sequence[Any] | None = None) -> int:
                          payload={"tool_call": approval.tool_call_id, "expires_at": approval.expires_at.isoformat()})
             _announce(approval, resolver_label="system:expiry", resolver_name="nobody (it expired)")
             transaction.on_commit(partial(_trace_decision, approval, "expire", "system:expiry"))
+            approval_announce(approval, EventKind.APPROVAL_EXPIRED)  # the requester and the operator hear
             work_on_commit("skald.tasks.resolve_pending_call", approval.tool_call_id, "expire", "",
                            key=f"resolve:c{approval.tool_call_id}")
             expired += 1

@@ -56,8 +56,9 @@ class OutboundPolicy:
 
 
 def guarded_request(method: str, url: str, *, policy: OutboundPolicy, headers: Mapping[str, str] | None = None,
-                    data: Mapping[str, Any] | None = None) -> httpx.Response:
-    """Send one request under ``policy`` and return the whole response (read, closed).
+                    data: Mapping[str, Any] | None = None, content: bytes | None = None) -> httpx.Response:
+    """Send one request under ``policy`` and return the whole response (read, closed). ``data`` is
+    sent form-encoded, ``content`` as the exact body bytes (a signed webhook).
 
     Raises:
         ProviderError: ``provider_url_invalid``, ``provider_ssrf_refused``, ``provider_dns_failed``,
@@ -80,7 +81,7 @@ def guarded_request(method: str, url: str, *, policy: OutboundPolicy, headers: M
                       timeout=httpx.Timeout(policy.timeout)) as client:
         try:
             response = client.request(method, target, headers={**(headers or {}), "Host": host_header},
-                                      data=dict(data) if data is not None else None,
+                                      data=dict(data) if data is not None else None, content=content,
                                       extensions={} if plain else {"sni_hostname": endpoint.host})
         except httpx.HTTPError as exc:
             code = "provider_tls" if isinstance(exc.__cause__ or exc.__context__, ssl.SSLError) else \

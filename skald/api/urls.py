@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.urls import include, path
 
 from approvals.pending import api as api_pending
-from skald.api import cases, mcp, sessions, tasks
+from skald.api import cases, mcp, notifications, sessions, tasks
 from skald.api.inspect import InspectView
 from skald.api.replay import ReplayVerifyView
 
@@ -17,6 +17,13 @@ urlpatterns = [
     path("mcp/servers/", mcp.ServerList.as_view(), name="mcp-servers"),
     path("mcp/servers/<slug:name>/", mcp.ServerDetail.as_view(), name="mcp-server"),
     path("mcp/servers/<slug:name>/tools/", mcp.ServerTools.as_view(), name="mcp-server-tools"),
+    path("notifications/subscriptions/", notifications.SubscriptionList.as_view(), name="notification-subscriptions"),
+    path("notifications/subscriptions/<int:subscription_id>/", notifications.SubscriptionDetail.as_view(),
+         name="notification-subscription"),
+    path("notifications/subscriptions/<int:subscription_id>/deliveries/",
+         notifications.SubscriptionDeliveries.as_view(), name="notification-deliveries"),
+    path("notifications/deliveries/<int:delivery_id>/retry", notifications.DeliveryRetry.as_view(),
+         name="notification-delivery-retry"),
     path("proposals/", include("proposals.urls")),
     path("runs/<int:run_id>/replay-verify", ReplayVerifyView.as_view(), name="run-replay-verify"),
     path("sessions/", sessions.SessionListCreate.as_view(), name="sessions"),

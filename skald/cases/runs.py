@@ -5,10 +5,14 @@ Every write is one service, atomic, with its audit row; work is enqueued on comm
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
+from django.db.models import Max, Q
+from django.urls import reverse
 
 from audit.actors import Actor
 from audit.kinds import AuditKind
@@ -23,6 +27,11 @@ from skald.loop_adapters.runtime import build_env
 from skald.loop_adapters.store import kernel_store
 from skald.loop_adapters.work import work_on_commit
 from skald.models import Case, Run, RunStatus
+from skald.notifications.events import Event as Notice
+from skald.notifications.events import EventKind as NoticeKind
+from skald.notifications.models import Risk
+from skald.notifications.selectors import subjects_announced
+from skald.notifications.services import notification_record
 from skald.plugins import notify_run_resolved
 from skald.sessions.refusals import input_refusal_record
 from skald.sessions.services import session_stop
@@ -142,6 +151,7 @@ def run_sync_from_exchange(exchange_id: int) -> Run | None:
         audit_append(actor=Actor.system("workflow"), kind=AuditKind.RUN_STATUS_CHANGED, subject_type="run",
                      subject_id=run.pk, payload={"from": previous, "to": status, "outcome": run.outcome,
                                                  "exchange": exchange.pk})
+        _announce(run, exchange)
         resolved = status == RunStatus.COMPLETED and previous != RunStatus.COMPLETED
     if resolved:
         notify_run_resolved(run)  # proposal capture plugs in here (skald.wiring)
@@ -153,6 +163,48 @@ def _run_for_update(run_id: int) -> Run:
     if run is None:
         raise NotFound("No such run.", code="run_not_found")
     return run
+
+
+def _announce(run: Run, exchange: Exchange) -> None:
+    """A run that now waits for a person, or failed, is announced in the transaction that says so;
+    once per exchange (a back-referral's later handoff is a new one)."""
+    if run.status == RunStatus.HANDOFF:
+        kind, summary = NoticeKind.HANDOFF_WAITING, f"Run #{run.pk} asks: {run.handoff_question[:200]}"
+    elif run.status == RunStatus.FAILED:
+        kind, summary = NoticeKind.RUN_FAILED, f"Run #{run.pk} failed ({run.outcome or 'broken'})"
+    else:
+        return
+    notification_record(event=Notice(
+        kind=kind, subject=f"run:{run.pk}:e{exchange.pk}", summary=summary,
+        link_path=reverse("admin:skald_run_change", args=[run.pk]), occurred_at=run.updated_at,
+        requested_by=run.launched_by.get_username(), risk=Risk.MEDIUM, agent=run.session.agent, case=str(run.case_id),
+        audience=(run.launched_by_id,), facts={"run": run.pk, "exchange": exchange.pk, "status": run.status,
+                                               "outcome": run.outcome, "question": run.handoff_question[:1000]}))
+
+
+def runs_stuck_announce(limit: int = 200) -> int:
+    """The sweep's part: runs queued or running whose session recorded nothing for
+    ``SKALD_NOTIFY_RUN_STUCK_MINUTES`` are announced (``run.stuck``), once per stall (a run that moves
+    and stalls again is announced again). Returns how many outbox rows were added."""
+    cutoff = clock.now() - timedelta(minutes=settings.SKALD_NOTIFY_RUN_STUCK_MINUTES)
+    quiet = (Run.objects.filter(status__in=(RunStatus.QUEUED, RunStatus.RUNNING))
+             .annotate(last_event=Max("session__events__created_at"), last_seq=Max("session__events__seq"))
+             .filter(Q(last_event__lte=cutoff) | Q(last_event__isnull=True, updated_at__lte=cutoff))
+             .select_related("launched_by", "session").order_by("id")[:limit])
+    stalls = {f"run:{run.pk}:stuck:{run.last_seq or 0}": run for run in quiet}  # type: ignore[attr-defined]
+    added = 0
+    for subject in set(stalls) - subjects_announced(NoticeKind.RUN_STUCK, list(stalls)):
+        run = stalls[subject]
+        since = run.last_event or run.updated_at  # type: ignore[attr-defined]
+        with transaction.atomic():
+            added += len(notification_record(event=Notice(
+                kind=NoticeKind.RUN_STUCK, subject=subject,
+                summary=f"Run #{run.pk} has recorded nothing since {since:%Y-%m-%d %H:%M} UTC ({run.status})",
+                link_path=reverse("admin:skald_run_change", args=[run.pk]), occurred_at=clock.now(),
+                requested_by=run.launched_by.get_username(), risk=Risk.MEDIUM, agent=run.session.agent,
+                case=str(run.case_id), audience=(run.launched_by_id,),
+                facts={"run": run.pk, "status": run.status, "quiet_since": since.isoformat()})))
+    return added
 
 
 def run_handoff_decide(*, user: AbstractBaseUser, run_id: int, decision: str, note: str) -> Run:

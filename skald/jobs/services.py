@@ -12,6 +12,7 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import F
+from django.urls import reverse
 from django_q.models import Schedule
 
 from audit.actors import Actor
@@ -28,6 +29,10 @@ from skald.core.queue import enqueue_on_commit
 from skald.jobs.classify import Ending
 from skald.jobs.models import JobKind, JobRun, JobStatus, RunEnding, ScheduledJob
 from skald.loop_adapters.store import kernel_store
+from skald.notifications.events import Event as Notice
+from skald.notifications.events import EventKind as NoticeKind
+from skald.notifications.models import Risk
+from skald.notifications.services import notification_record
 from skald.sessions.parked import TASK_WITHDRAWN, stop_unheld
 
 TASK_UPDATE = EventKind.TASK_UPDATE
@@ -339,8 +344,19 @@ def job_run_delivery_failed(*, run_id: int, error: str) -> JobRun | None:
             fields.append("dead_lettered_at")
             _audit(AuditKind.JOB_STATE_CHANGED, run.job, {"run": run.number, "dead_letter": True,
                                                           "attempts": run.delivery_attempts, "error": error[:300]})
+            _announce_dead_letter(run)
         run.save(update_fields=fields)
     return run
+
+
+def _announce_dead_letter(run: JobRun) -> None:
+    job = run.job
+    notification_record(event=Notice(
+        kind=NoticeKind.TASK_DEAD_LETTERED, subject=f"jobrun:{run.pk}",
+        summary=f"Task #{job.pk} ({job.agent}) could not be delivered after {run.delivery_attempts} attempts",
+        link_path=reverse("admin:skald_jobrun_change", args=[run.pk]), occurred_at=run.dead_lettered_at or clock.now(),
+        requested_by=job.owner.get_username(), risk=Risk.MEDIUM, agent=job.agent, audience=(job.owner_id,),
+        facts={"job": job.pk, "run": run.number, "error": run.delivery_error}))
 
 
 def job_run_delivery_retry(*, run_id: int, principal: str) -> JobRun:

@@ -32,6 +32,7 @@ from audit.actors import Actor
 from loop.providers.loopback import text_turn
 from skald.agents.seed import seed_agents
 from skald.api.mcp import SAVE_CODES as MCP_SAVE_CODES
+from skald.api.notifications import SAVE_CODES as NOTIFY_SAVE_CODES
 from skald.cases.services import case_create
 from skald.sessions.services import session_create
 from tests.api_client import generated_cases
@@ -47,6 +48,7 @@ MALFORMED_IDS = ("null,null", "abc", "-1", "1.5", "%20")
 # Who calls each resource: the role that may, so answers are about input, not permission.
 CALLER_BY_TAG = {"sessions": "alice", "cases": "alice", "runs": "alice", "inspect": "alice", "approvals": "carol",
                  "proposals": "bob", "audit": "dave", "tasks": "alice", "policy": "root", "mcp": "root",
+                 "notifications": "carol",
                  "auth": None}
 NOT_JSON = {
     "form": ("application/x-www-form-urlencoded", b"ticket=502s&title=502s"),
@@ -207,6 +209,10 @@ STATE_REFUSALS: dict[str, frozenset[tuple[int, str]]] = {
     # - an MCP server's configuration: the stdio allowlist, the SSRF screen (DNS included) and the
     #   secret-file paths are the deployment's and the network's state, checked by the service at save.
     **{f"mcp_server_{verb}": frozenset((400, code) for code in MCP_SAVE_CODES) for verb in ("create", "update")},
+    # - a notification receiver: the SSRF screen (DNS included) and the allowed ranges are the
+    #   deployment's and the network's state; an e-mail address's syntax is the validator's.
+    **{f"notification_subscription_{verb}": frozenset((400, code) for code in NOTIFY_SAVE_CODES)
+       for verb in ("create", "update")},
 }
 
 

@@ -62,7 +62,7 @@ def test_a_message_is_recorded_as_work_and_a_lost_task_is_sent_again_by_the_swee
     assert sweep()["work"] == 1
     assert Exchange.objects.get(pk=exchange.pk).outcome == "completed"
     assert Work.objects.get(pk=work.pk).done_at is not None
-    assert sweep() == {"work": 0, "exchanges": 0, "runs": 0}
+    assert sweep() == {"work": 0, "exchanges": 0, "runs": 0, "notices": 0, "deliveries": 0}
 
 
 def test_the_sweep_recovers_a_turn_whose_worker_died_mid_call(alice, settings, script, tmp_path):

@@ -40,6 +40,7 @@ ROUTE_TAGS: tuple[tuple[str, str], ...] = (
     ("/api/inspect", "inspect"),
     ("/api/policy/", "policy"),
     ("/api/mcp/", "mcp"),
+    ("/api/notifications/", "notifications"),
     ("/api/{source}/tasks", "tasks"),
 )
 TAGS = frozenset(tag for _, tag in ROUTE_TAGS)
