@@ -23,6 +23,7 @@ from approvals.policy_doc.document import (
     PatternDoc,
     PolicyDoc,
     RuleDoc,
+    SubscriptionDoc,
     policy_doc,
 )
 from approvals.rules.services import approval_rule_problems
@@ -30,6 +31,7 @@ from approvals.tripwires.services import tripwire_allow_problems, tripwire_patte
 from loop.bounds import Bounds
 from loop.errors import HarnessError
 from skald.core.errors import SkaldError
+from skald.notifications.events import EventKind
 
 MAX_PRIORITY = 2_147_483_647  # the column is a PositiveIntegerField
 
@@ -137,7 +139,7 @@ def parse(data: Any) -> PolicyDoc:
     """
     reader = _Reader()
     top = reader.mapping(data, "$", required=("version",), optional=("rules", "groups", "agents", "mcp_servers",
-                                                                   "tripwires"))
+                                                                   "tripwires", "notifications"))
     if top is None:
         raise PolicyInvalid(reader.problems)
     if "version" in top and top["version"] != VERSION:
@@ -186,10 +188,18 @@ def parse(data: Any) -> PolicyDoc:
                 patterns.append(pattern)
             allow = [a for path, item in reader.items(trip.get("allow"), "tripwires.allow")
                      if (a := _allow(reader, item, path)) is not None]
+    subscriptions: list[SubscriptionDoc] = []
+    for path, item in reader.items(top.get("notifications"), "notifications"):
+        subscription = _subscription(reader, item, path)
+        if subscription is None:
+            continue
+        if any(s.name == subscription.name for s in subscriptions):
+            reader.add(f"{path}.name", "duplicate", f"A subscription named {subscription.name!r} is already defined.")
+        subscriptions.append(subscription)
     if reader.problems:
         raise PolicyInvalid(reader.problems)
     return policy_doc(rules=[r for r in rules if r is not None], groups=groups, patterns=patterns, allow=allow,
-                      agents=agents, mcp_servers=servers)
+                      agents=agents, mcp_servers=servers, subscriptions=subscriptions)
 
 
 def _rule(reader: _Reader, item: Any, path: str) -> RuleDoc | None:
@@ -311,6 +321,53 @@ def _mcp_server(reader: _Reader, item: Any, path: str) -> McpServerDoc | None:
     return McpServerDoc(name=name, transport=transport, argv=argv, url=url,
                         secrets=tuple(sorted(secrets.items())), trust=trust, agents=tuple(sorted(agents)),
                         enabled=enabled, path=path)
+
+
+ORG_CHANNELS = ("webhook", "email", "slack", "teams")  # "user_email" is a person's own, not the organisation's
+RISKS = ("low", "medium", "high")
+
+
+def _subscription(reader: _Reader, item: Any, path: str) -> SubscriptionDoc | None:
+    """The shape of an organisation subscription. The receiver's URL is screened (SSRF, allowed CIDRs)
+    by the notification services when the subscription is created or changed, as at an admin's save."""
+    data = reader.mapping(item, path, required=("name", "channel", "target", "events"),
+                          optional=("security_group", "agent", "case", "min_risk", "escalate_after_minutes",
+                                    "chain_order", "enabled"))
+    if data is None:
+        return None
+    before = len(reader.problems)
+    name = reader.string(data, "name", path, max_length=80).strip()
+    if "name" in data and not name:
+        reader.add(f"{path}.name", "invalid", "A subscription needs a name.")
+    channel = reader.string(data, "channel", path, max_length=12)
+    if "channel" in data and channel not in ORG_CHANNELS:
+        reader.add(f"{path}.channel", "invalid", f"Expected one of {', '.join(ORG_CHANNELS)}.")
+    target = reader.string(data, "target", path, max_length=500)
+    known = {str(kind) for kind in EventKind}
+    events = reader.names(data, "events", path)
+    for index, event in enumerate(events):
+        if event not in known:
+            reader.add(f"{path}.events[{index}]", "invalid",
+                       f"Unknown event; expected one of {', '.join(sorted(known))}.")
+    if "events" in data and not events:
+        reader.add(f"{path}.events", "invalid", "A subscription needs at least one event.")
+    filters = {key: reader.string(data, key, path, max_length=80 if key == "security_group" else 64)
+               for key in ("security_group", "agent", "case")}
+    risk = reader.string(data, "min_risk", path, "low", max_length=8)
+    if risk not in RISKS:
+        reader.add(f"{path}.min_risk", "invalid", "Expected low, medium or high.")
+    after = data.get("escalate_after_minutes")
+    if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 1):
+        reader.add(f"{path}.escalate_after_minutes", "invalid", "Expected a whole number of minutes ≥ 1, or nothing.")
+    order = data.get("chain_order", 0)
+    if isinstance(order, bool) or not isinstance(order, int) or not 0 <= order <= 32767:
+        reader.add(f"{path}.chain_order", "invalid", "Expected a whole number from 0 to 32767.")
+    enabled = reader.boolean(data, "enabled", path, True)
+    if len(reader.problems) > before:
+        return None
+    return SubscriptionDoc(name=name, channel=channel, target=target, events=tuple(sorted(events)),
+                           security_group=filters["security_group"], agent=filters["agent"], case=filters["case"],
+                           min_risk=risk, escalate_after_minutes=after, chain_order=order, enabled=enabled, path=path)
 
 
 def _strings(reader: _Reader, value: Any, path: str) -> tuple[str, ...]:
