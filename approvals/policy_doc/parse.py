@@ -8,9 +8,9 @@ database by :mod:`approvals.policy_doc.apply` and :mod:`approvals.policy_doc.pla
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -145,61 +145,40 @@ def parse(data: Any) -> PolicyDoc:
     if "version" in top and top["version"] != VERSION:
         reader.add("version", "unsupported_version", f"This Skald reads version {VERSION} documents.")
     rules = [_rule(reader, item, path) for path, item in reader.items(top.get("rules"), "rules")]
-    groups: list[GroupDoc] = []
-    seen_groups: set[str] = set()
-    for path, item in reader.items(top.get("groups"), "groups"):
-        group = _group(reader, item, path)
-        if group is None:
-            continue
-        if group.name in seen_groups:
-            reader.add(f"{path}.name", "duplicate", f"A group named {group.name!r} is already defined.")
-        seen_groups.add(group.name)
-        groups.append(group)
-    agents: list[AgentDoc] = []
-    for path, item in reader.items(top.get("agents"), "agents"):
-        agent = _agent(reader, item, path)
-        if agent is None:
-            continue
-        if any(a.name == agent.name for a in agents):
-            reader.add(f"{path}.name", "duplicate", f"The agent {agent.name!r} is already listed.")
-        agents.append(agent)
-    servers: list[McpServerDoc] = []
-    for path, item in reader.items(top.get("mcp_servers"), "mcp_servers"):
-        server = _mcp_server(reader, item, path)
-        if server is None:
-            continue
-        if any(s.name == server.name for s in servers):
-            reader.add(f"{path}.name", "duplicate", f"An MCP server named {server.name!r} is already defined.")
-        servers.append(server)
+    groups = _named(reader, top.get("groups"), "groups", _group, "A group")
+    agents = _named(reader, top.get("agents"), "agents", _agent, "The agent")
+    servers = _named(reader, top.get("mcp_servers"), "mcp_servers", _mcp_server, "An MCP server")
     patterns: list[PatternDoc] = []
     allow: list[AllowDoc] = []
     tripwires = top.get("tripwires")
     if tripwires is not None:
         trip = reader.mapping(tripwires, "tripwires", required=(), optional=("patterns", "allow"))
         if trip is not None:
-            seen_patterns: set[str] = set()
-            for path, item in reader.items(trip.get("patterns"), "tripwires.patterns"):
-                pattern = _pattern(reader, item, path)
-                if pattern is None:
-                    continue
-                if pattern.name in seen_patterns:
-                    reader.add(f"{path}.name", "duplicate", f"A pattern named {pattern.name!r} is already defined.")
-                seen_patterns.add(pattern.name)
-                patterns.append(pattern)
+            patterns = _named(reader, trip.get("patterns"), "tripwires.patterns", _pattern, "A pattern")
             allow = [a for path, item in reader.items(trip.get("allow"), "tripwires.allow")
                      if (a := _allow(reader, item, path)) is not None]
-    subscriptions: list[SubscriptionDoc] = []
-    for path, item in reader.items(top.get("notifications"), "notifications"):
-        subscription = _subscription(reader, item, path)
-        if subscription is None:
-            continue
-        if any(s.name == subscription.name for s in subscriptions):
-            reader.add(f"{path}.name", "duplicate", f"A subscription named {subscription.name!r} is already defined.")
-        subscriptions.append(subscription)
+    subscriptions = _named(reader, top.get("notifications"), "notifications", _subscription, "A subscription")
     if reader.problems:
         raise PolicyInvalid(reader.problems)
     return policy_doc(rules=[r for r in rules if r is not None], groups=groups, patterns=patterns, allow=allow,
                       agents=agents, mcp_servers=servers, subscriptions=subscriptions)
+
+
+Named = TypeVar("Named", GroupDoc, AgentDoc, McpServerDoc, PatternDoc, SubscriptionDoc)
+
+
+def _named(reader: _Reader, value: Any, path: str, read: Callable[[_Reader, Any, str], Named | None],
+           noun: str) -> list[Named]:
+    """A list of entries identified by their name: each read by ``read``, a second use of a name refused."""
+    found: list[Named] = []
+    for item_path, item in reader.items(value, path):
+        entry = read(reader, item, item_path)
+        if entry is None:
+            continue
+        if any(other.name == entry.name for other in found):
+            reader.add(f"{item_path}.name", "duplicate", f"{noun} named {entry.name!r} is already defined.")
+        found.append(entry)
+    return found
 
 
 def _rule(reader: _Reader, item: Any, path: str) -> RuleDoc | None:
