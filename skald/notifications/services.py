@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
@@ -49,6 +50,7 @@ def notification_record(*, event: Event) -> list[Delivery]:
     send each once it commits. (kind, subject) reaches a subscription at most once: recording the
     same event again, from a redelivered task or a second sweep, adds nothing."""
     subscriptions = subscriptions_for(event)
+    subscriptions += _audience_defaults(event, subscriptions)
     if not subscriptions:
         return []
     done = set(Delivery.objects.filter(kind=event.kind, subject=event.subject,
@@ -71,6 +73,29 @@ def notification_record(*, event: Event) -> list[Delivery]:
         enqueue_on_commit(DELIVER_TASK, delivery.pk, group="notify")
         added.append(delivery)
     return added
+
+
+AUDIENCE_DEFAULT_NAME = "My own address (made by Skald)"
+
+
+def _audience_defaults(event: Event, heard: list[Subscription]) -> list[Subscription]:
+    """The people an event is about (an expired approval's requester and its run's operator) are told
+    even when they never set up a subscription: one who has none of their own gets a personal one for
+    this kind of event, at their own e-mail address, made here (audited) and shown in the admin, where
+    they can change or disable it. Someone with any subscription of their own chose what they hear."""
+    if not event.audience:
+        return []
+    owners = {s.owner_id for s in heard}
+    quiet = [uid for uid in event.audience if uid not in owners]
+    if not quiet:
+        return []
+    configured = set(Subscription.objects.filter(owner_id__in=quiet).values_list("owner_id", flat=True))
+    made: list[Subscription] = []
+    for user in get_user_model().objects.filter(pk__in=[uid for uid in quiet if uid not in configured],
+                                                is_active=True).exclude(email=""):
+        made.append(subscription_create(actor=Actor.system("notifications"), owner=user, data={
+            "name": AUDIENCE_DEFAULT_NAME, "channel": Channel.USER_EMAIL, "target": "", "events": [event.kind]}))
+    return made
 
 
 # --- subscriptions --------------------------------------------------------------------------------

@@ -75,3 +75,38 @@ def test_pending_escalated_expiring_expired_each_reach_the_receiver_once(alice, 
     assert first.refused == [] and second.refused == []  # every signature verified
     assert len({r.webhook_id for r in first.received}) == 4
     assert Delivery.objects.filter(status="sent").count() == 5
+
+
+def test_an_expired_approvals_requester_with_no_subscription_is_told_at_their_own_address(
+        alice, troubleshooting, script, settings, mailoutbox):
+    """Issue 31: the requester and the run's operator are told of an expiry even when they never set
+    up a subscription: a personal one, at their own address, is made for them (they can disable it);
+    someone who has a subscription of their own chose what they hear."""
+    from skald.notifications.models import Subscription
+    from skald.notifications.services import AUDIENCE_DEFAULT_NAME
+
+    settings.SKALD_SYNC_TASKS = True
+    alice.email = "alice@example.org"
+    alice.save(update_fields=["email"])
+    script(tool_turn(WRITE), text_turn("the approval expired; stopping"))
+    session_message_submit(user=alice, session=troubleshooting, content="investigate")
+    approval = PendingApproval.objects.get()
+    assert mailoutbox == []  # nobody subscribed to pending approvals
+
+    with time_machine.travel(approval.expires_at + timedelta(minutes=1), tick=False):
+        assert expire_approvals() == 1
+    [made] = Subscription.objects.filter(owner=alice)
+    assert (made.name, made.channel, made.events, made.enabled) == (
+        AUDIENCE_DEFAULT_NAME, "user_email", ["approval.expired"], True)
+    [mail] = mailoutbox
+    assert mail.to == ["alice@example.org"] and "expired" in mail.subject.lower()
+    assert Delivery.objects.get(subscription=made).status == "sent"
+
+    made.enabled = False  # she opts out: the next expiry tells her nothing, and nothing is made again
+    made.save(update_fields=["enabled"])
+    script(tool_turn(WRITE), text_turn("stopping"))
+    session_message_submit(user=alice, session=troubleshooting, content="again")
+    second = PendingApproval.objects.exclude(pk=approval.pk).get()
+    with time_machine.travel(second.expires_at + timedelta(minutes=1), tick=False):
+        assert expire_approvals() == 1
+    assert len(mailoutbox) == 1 and Subscription.objects.filter(owner=alice).count() == 1

@@ -3,6 +3,7 @@ proposal to review, a broken audit chain; each once, with the page to act on."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -18,10 +19,12 @@ from skald.cases.services import case_create
 from skald.core import clock
 from skald.loop_adapters import runtime
 from skald.models import Run
+from skald.notifications.events import EventKind
 from skald.notifications.models import Delivery
 from skald.notifications.services import subscription_create
 from skald.tasks import sweep_notifications, watch_audit_chain
 from tests.audit.forge import tamper
+from tests.skald.notifications.conftest import approval_event
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 EVENTS = ["handoff.waiting", "run.failed", "run.stuck", "proposal.pending", "audit.chain_broken", "task.dead_lettered"]
@@ -107,3 +110,18 @@ def test_a_dead_lettered_task_is_announced_to_its_owner_once(alice, receiver, ca
     assert receiver.types() == ["task.dead_lettered"]
     payload = receiver.accepted()[0].payload
     assert payload["link"].endswith(f"/admin/skald/jobrun/{run.pk}/change/") and payload["requested_by"] == "alice"
+
+
+def test_a_person_with_a_subscription_of_their_own_gets_no_default_one(alice, receiver):
+    """The default personal subscription is for people who never set one up: someone who chose what
+    they hear (here: only failed runs) is not given another."""
+    from skald.notifications.models import Subscription
+    from skald.notifications.services import notification_record
+
+    alice.email = "alice@example.org"
+    alice.save(update_fields=["email"])
+    subscription_create(actor=Actor.system("test"), owner=alice, data={
+        "name": "failures", "channel": "user_email", "target": "", "events": ["run.failed"]})
+    expired = replace(approval_event(EventKind.APPROVAL_EXPIRED), audience=(alice.pk,))
+    assert notification_record(event=expired) == []
+    assert list(Subscription.objects.filter(owner=alice).values_list("name", flat=True)) == ["failures"]
