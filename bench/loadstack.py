@@ -165,7 +165,7 @@ class BenchStack:
 
 
 @contextmanager
-def start_stack(tmp: Path) -> Iterator[BenchStack]:
+def start_stack(tmp: Path, extra_env: dict[str, str] | None = None) -> Iterator[BenchStack]:
     database_url = recreate_database()
     flush_redis()
     env = {
@@ -180,6 +180,7 @@ def start_stack(tmp: Path) -> Iterator[BenchStack]:
         # errors and bounds, so the bounded wait is 15 s here (still bounded: then 503 server_busy).
         "SKALD_HTTP_WAIT_SECONDS": str(HTTP_WAIT_S), "SKALD_DB_POOL_TIMEOUT": str(HTTP_WAIT_S),
         "SKALD_METRICS_TOKEN": "bench", "SKALD_AUDIT_KEY": "bench",
+        **(extra_env or {}),
     }
     stack = launch(tmp / "var", env)
     try:

@@ -25,6 +25,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from bench.kernel import percentile
+
 APPROVALS = 40
 WARMUP = 3
 TARGET_P95_MS = 1000.0
@@ -64,11 +66,6 @@ class Receiver:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def measure(approvals: int) -> Figures:
     from django.contrib.auth.models import User
     from django.db import connection
@@ -102,7 +99,7 @@ def measure(approvals: int) -> Figures:
         runtime.set_provider_factory(None)
         receiver.server.shutdown()
     return Figures(database=connection.vendor, approvals=approvals, p50_ms=statistics.median(latencies),
-                   p95_ms=_percentile(latencies, 0.95), max_ms=max(latencies))
+                   p95_ms=percentile(latencies, 0.95), max_ms=max(latencies))
 
 
 def report(figures: Figures) -> str:

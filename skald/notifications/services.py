@@ -11,6 +11,7 @@ import base64
 import secrets
 from collections.abc import Mapping
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -28,6 +29,7 @@ from skald.core.errors import Conflict
 from skald.core.ids import new_uuid
 from skald.core.queue import enqueue_on_commit
 from skald.notifications.events import Event, EventKind, payload_for
+from skald.notifications.fastpath import send_soon
 from skald.notifications.models import Channel, Delivery, DeliveryStatus, Risk, Subscription
 from skald.notifications.outbound import NotifyConfigError, screen_url
 from skald.notifications.selectors import subscriptions_for
@@ -71,6 +73,7 @@ def notification_record(*, event: Event) -> list[Delivery]:
         except IntegrityError:
             continue
         enqueue_on_commit(DELIVER_TASK, delivery.pk, group="notify")
+        transaction.on_commit(partial(send_soon, delivery.pk))  # the first attempt, without the queue's wait
         added.append(delivery)
     return added
 

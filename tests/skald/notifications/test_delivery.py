@@ -151,3 +151,21 @@ def test_a_message_due_to_a_subscription_disabled_since_is_a_dead_letter_at_once
     assert receiver.received == []
     hook.refresh_from_db()
     assert not hook.failing
+
+
+def test_the_first_attempt_needs_no_worker_and_the_queued_task_then_finds_nothing_to_do(receiver, hook, settings):
+    """Under load the queued task waits behind agent turns: the process that recorded the event makes
+    the first attempt itself, right after the commit; the task, when a worker runs it, sends nothing."""
+    from tests.e2e.stack import wait_for
+    from tests.skald.notifications.conftest import approval_event
+
+    settings.SKALD_SYNC_TASKS = False  # the task goes to the broker's queue, and no worker runs here
+    with transaction.atomic():
+        [delivery] = notification_record(event=approval_event())
+    wait_for(lambda: receiver.accepted() or None, timeout=30, what="the first attempt")  # a hang guard
+    [message] = receiver.accepted()
+    assert message.webhook_id == delivery.webhook_id and receiver.refused == []
+    wait_for(lambda: Delivery.objects.get(pk=delivery.pk).status == DeliveryStatus.SENT or None, timeout=30,
+             what="the attempt recorded")
+    assert send.delivery_send(delivery.pk) == "not due"  # the queued task, once a worker runs it
+    assert Delivery.objects.get(pk=delivery.pk).attempts == 1 and len(receiver.received) == 1
