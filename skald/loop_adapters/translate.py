@@ -30,9 +30,9 @@ _TYPES: dict[str, str] = {
     "control:task_update": "task.update",  # a job's TaskUpdate (skald.jobs), for the task strip
     "control:frame_opened": "frame.opened",
     "control:frame_closed": "frame.closed",
-    "control:effect_refused": "effect.refused",
+    "control:effect_refused": "effect.refused",  # a tool's stale effect, refused (skald.sessions.effects)
     EventKind.PROVENANCE: "provenance",  # a call made in a tainted frame (loop/provenance.py)
-    EventKind.INJECTION_SUSPECT: "injection.suspect",  # a suspected instruction in an untrusted result  # a tool's stale effect, refused (skald.sessions.effects)
+    EventKind.INJECTION_SUSPECT: "injection.suspect",  # a suspected instruction in an untrusted result
 }
 
 
