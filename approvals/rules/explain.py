@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from approvals.models import ApprovalRule
 from approvals.rules.engine import RuleSet, RuleView
 from approvals.rules.lint import rule_warnings
-from approvals.rules.policy import decide
+from approvals.rules.policy import PROVENANCE_FLAGS, decide
 from approvals.rules.selectors import GLOBAL_SET, PROVENANCE_SET, group_set_name, reads_provenance, rule_view
 from skald.models import Agent
 
@@ -63,21 +63,11 @@ class TestCallForm(forms.Form):
 
     def decide(self) -> Any:
         data = self.cleaned_data
-        flags = ("tainted", "read_only", "argument_from_untrusted", "injection_suspected", "argument_from_suspect")
-        provenance = {name: bool(data.get(name)) for name in flags}
-        provenance["tainted"] = provenance["tainted"] or any(provenance[n] for n in flags[2:])
+        provenance = {name: bool(data.get(name)) for name in PROVENANCE_FLAGS}
+        provenance["tainted"] = any(provenance[name] for name in PROVENANCE_FLAGS if name != "read_only")
         return decide(tool=data["tool"], args=data["args"], user_id=data["user"].pk if data["user"] else None,
                       agent=data["agent"].name if data["agent"] else None, provenance=provenance)
 
-
-def fired_provenance(decision: Any) -> list[str]:
-    """The provenance conditions of the rules that matched (``$provenance.tainted`` …), for Explain."""
-    fired: list[str] = []
-    for entry in getattr(decision, "trace", ()):
-        if entry.result == "match":
-            fired += [f"{path[len('$provenance.'):]}={glob}" for path, glob in entry.rule.arg_matchers.items()
-                      if path.startswith("$provenance.") and f"{path[len('$provenance.'):]}={glob}" not in fired]
-    return fired
 
 
 def all_rule_sets() -> list[RuleSet]:

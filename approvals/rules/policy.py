@@ -40,10 +40,24 @@ def decide(*, tool: str, args: Mapping[str, Any], user_id: int | None, agent: st
     return check(tool, args, rule_sets, {**tool_facts(tool), "provenance": provenance_facts(provenance)})
 
 
+PROVENANCE_FLAGS = ("tainted", "argument_from_untrusted", "injection_suspected", "argument_from_suspect", "read_only")
+
+
 def provenance_facts(provenance: Mapping[str, Any] | None) -> dict[str, str]:
     """``$provenance.tainted``, ``.argument_from_untrusted``, ``.injection_suspected``,
     ``.argument_from_suspect``, ``.read_only``: ``true`` / ``false`` (docs/provenance.md)."""
     found = provenance or {}
-    return {name: "true" if found.get(name) else "false"
-            for name in ("tainted", "argument_from_untrusted", "injection_suspected", "argument_from_suspect",
-                         "read_only")}
+    return {name: "true" if found.get(name) else "false" for name in PROVENANCE_FLAGS}
+
+
+def fired_provenance(decision: Decision) -> list[str]:
+    """The provenance conditions of the rules that matched (``tainted=true`` …): what Explain shows."""
+    fired: list[str] = []
+    for entry in decision.trace:
+        if entry.result != "match":
+            continue
+        for path, glob in entry.rule.arg_matchers.items():
+            condition = f"{path.removeprefix('$provenance.')}={glob}"
+            if path.startswith("$provenance.") and condition not in fired:
+                fired.append(condition)
+    return fired
