@@ -14,7 +14,7 @@ def rows(*extra: EventRowView) -> list[EventRowView]:
 
 
 def test_an_iban_typed_without_its_spaces_is_found_where_it_sits():
-    (path, value, seq, start, end, how), = match_arguments({"iban": "de89370400440532013000"}, [(3, MAIL)])
+    (path, _value, seq, start, end, how), = match_arguments({"iban": "de89370400440532013000"}, [(3, MAIL)])
     assert (path, seq, how) == ("iban", 3, "separators")
     assert MAIL[start:end] == "DE89 3704 0044 0532 0130 00"
 
