@@ -75,13 +75,24 @@ _ZERO_WIDTH_RUN = re.compile("[\u200b\u200c\u200d\u2060\u180e\ufeff]{2,}")
 _BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]+")
 _BASE64 = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{24,}={0,2}(?![A-Za-z0-9+/=])")
 _HEX = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}){16,}(?![0-9A-Fa-f])")
+_ESCAPES = re.compile(r'\\[nrt"]')
+_ESCAPED_HIDDEN = re.compile(r"(?:\\u(?:200[bcd]|2060|feff|202[a-e]|206[6-9])|\\udb40\\udc[0-7][0-9a-f]){2,}",
+                             re.IGNORECASE)
 _CALL_WORDS = r"(?:call|use|run|invoke|execute|trigger)\s+(?:the\s+)?(?:tool\s+)?"
 
 
 def scan(text: str, *, tool_names: Iterable[str] = ()) -> list[Finding]:
-    """Every suspected instruction in ``text``, in span order. Never raises on any string."""
+    """Every suspected instruction in ``text``, in span order. Never raises on any string.
+
+    Tool output is often JSON (an MCP result, an API response): escaped line breaks and quotes are
+    read as the whitespace they stand for (length-preserving, so spans stay spans of ``text``), and
+    escaped hidden characters (``\\u200b``) count as the characters."""
     text = text[:MAX_SCAN_CHARS]
-    found = [*_plain(text, tuple(tool_names)), *_hidden(text), *_encoded(text, tuple(tool_names))]
+    plain = _ESCAPES.sub(lambda m: " " * len(m.group(0)), text)
+    found = [*_plain(plain, tuple(tool_names)), *_hidden(text), *_escaped_hidden(text),
+             *_encoded(text, tuple(tool_names))]
+    found = [Finding(f.kind, f.start, f.end, f.score, _visible(text[f.start:f.end])[:_EXCERPT])
+             if f.kind not in ("encoded",) else f for f in found]
     found = [f for f in found if f.score >= THRESHOLD]
     return sorted(found, key=lambda f: (f.start, -f.score, f.kind))
 
@@ -121,6 +132,10 @@ def _hidden(text: str) -> list[Finding]:
     found += [_finding(text, "hidden_unicode", m.start(), m.end(), 0.7) for m in _ZERO_WIDTH_RUN.finditer(text)]
     found += [_finding(text, "hidden_unicode", m.start(), m.end(), 0.7) for m in _BIDI.finditer(text)]
     return found
+
+
+def _escaped_hidden(text: str) -> list[Finding]:
+    return [_finding(text, "hidden_unicode", m.start(), m.end(), 0.8) for m in _ESCAPED_HIDDEN.finditer(text)]
 
 
 def _encoded(text: str, tool_names: tuple[str, ...]) -> list[Finding]:
