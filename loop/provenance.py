@@ -19,7 +19,7 @@ replay-verify (:func:`provenance_mismatches`), the answer is the same.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -27,6 +27,7 @@ TRUSTED = "trusted"
 UNTRUSTED = "untrusted"
 PROVENANCE_KIND = "control:provenance"
 SUSPECT_KIND = "control:injection_suspect"
+FRAME_OPENED_KIND = "control:frame_opened"
 _LABELLED = ("tool_result", "subagent_result", "compaction")
 MIN_MATCH_CHARS = 4  # shorter argument values ("yes", "42") are not matched: they occur everywhere
 MIN_COMPACT_CHARS = 6
@@ -69,8 +70,24 @@ def tool_trust(tool: object) -> str:
     return TRUSTED
 
 
-def tool_read_only(tool: object) -> bool:
-    """A tool's declared ``read_only`` (else its ``concurrency_safe``, which only read-only tools are)."""
+def tool_read_only(tool: object, arguments: Mapping[str, Any] | None = None,
+                   lookup: Callable[[str], object | None] | None = None) -> bool:
+    """A tool's declared ``read_only`` (else its ``concurrency_safe``).
+
+    A delegate (``delegates_to``: the tools its child may use) is read-only when every tool its child
+    can get (those of the calling frame, ``lookup``) is; a nested delegate counts as read-only, since
+    a child inherits its parent's taint (:func:`narrative_sources`) and each of its calls is gated
+    under it. An agent that cannot be resolved is not read-only (fail-closed)."""
+    reach = getattr(tool, "delegates_to", None)
+    if callable(reach):
+        if lookup is None:
+            return False
+        try:
+            names = reach(arguments or {})
+        except Exception:  # noqa: BLE001 - an agent that cannot be resolved is not read-only
+            return False
+        found = [lookup(name) for name in names]
+        return all(getattr(t, "delegates_to", None) is not None or tool_read_only(t) for t in found if t is not None)
     declared = getattr(tool, "read_only", None)
     if declared is not None:
         return bool(declared)
@@ -224,16 +241,37 @@ def _flag(value: bool) -> str:
     return "true" if value else "false"
 
 
-def narrative_sources(rows: Iterable[Row], *, narrative: str, before_seq: int | None = None) -> list[Source]:
-    """The untrusted rows of one narrative (before ``before_seq``), each with its suspects."""
+def _inherited(rows: Sequence[Row], narrative: str, before_seq: int | None) -> dict[str, int | None]:
+    """The narratives whose untrusted rows a narrative sees, each up to a seq: its own, and its
+    parent's before the child frame opened (``control:frame_opened`` names ``parent_narrative``), and
+    so on up the tree. A child's task is written by its parent: it inherits the parent's taint."""
+    seen: dict[str, int | None] = {narrative: before_seq}
+    current, limit = narrative, before_seq
+    for _ in range(16):  # deeper than any frame tree (MAX_AGENT_DEPTH)
+        opened = next((row for row in rows if row.kind == FRAME_OPENED_KIND and row.narrative == current
+                       and isinstance(row.payload, Mapping) and "parent_narrative" in row.payload
+                       and (limit is None or row.seq < limit)), None)
+        if opened is None:
+            break
+        current, limit = str(opened.payload["parent_narrative"]), opened.seq
+        if current in seen:
+            break
+        seen[current] = limit
+    return seen
+
+
+def narrative_sources(rows: Sequence[Row], *, narrative: str, before_seq: int | None = None) -> list[Source]:
+    """The untrusted rows one narrative sees (before ``before_seq``), each with its suspects."""
     suspects: dict[int, list[Mapping[str, Any]]] = {}
     sources: list[tuple[Row, str]] = []
+    visible = _inherited(rows, narrative, before_seq)
     for row in rows:
         if before_seq is not None and row.seq >= before_seq:
             continue
         if row.kind == SUSPECT_KIND and isinstance(row.payload, Mapping):
             suspects.setdefault(int(row.payload.get("result_seq", 0)), []).append({**row.payload, "seq": row.seq})
-        elif row.narrative == narrative and is_untrusted(row):
+        elif row.narrative in visible and (visible[row.narrative] is None or row.seq < (visible[row.narrative] or 0)) \
+                and is_untrusted(row):
             payload = row.payload
             tool = str(payload.get("name") or payload.get("agent") or row.kind)
             sources.append((row, tool))
@@ -293,6 +331,8 @@ def match_arguments(arguments: Mapping[str, Any], contents: Sequence[tuple[int, 
             hit = _find(candidate, prepared)
             if hit is not None:
                 found.append((path, candidate, *hit))
+                if candidate == value:
+                    break  # the whole value came from there: the identifiers inside it did too
             if len(found) >= _MAX_MATCHES:
                 return found
     return found

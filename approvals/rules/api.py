@@ -139,8 +139,8 @@ class ExplainView(APIView):
                              extensions={JSON_OBJECT: True}),
             OpenApiParameter("user", OpenApiTypes.STR, description="Username or user id."),
             OpenApiParameter("agent", OpenApiTypes.STR, description="Agent name."),
-            OpenApiParameter("provenance", {"type": "string", "maxLength": 200},
-                             description="The call's provenance, comma-separated: any of " + ", ".join(PROVENANCE_FLAGS)
+            OpenApiParameter("provenance", OpenApiTypes.STR, many=True, explode=False, style="form",
+                             enum=list(PROVENANCE_FLAGS), description="The call's provenance, comma-separated: any of " + ", ".join(PROVENANCE_FLAGS)
                              + " (any but read_only implies tainted; docs/provenance.md)."),
         ],
         responses={200: ExplainSerializer, **error_responses(_400="invalid", _404=("user_unknown", "agent_unknown"))},

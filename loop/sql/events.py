@@ -191,7 +191,8 @@ def session_rows(session_id: int) -> list[tuple[int, str, Any, int | None, str]]
                 .values_list("seq", "kind", "payload", "exchange_id", "narrative"))
 
 
-PROVENANCE_KINDS = ("tool_result", "subagent_result", "compaction", "control:provenance", "control:injection_suspect")
+PROVENANCE_KINDS = ("tool_result", "subagent_result", "compaction", "control:provenance", "control:injection_suspect",
+                    "control:frame_opened")
 
 
 def provenance_rows(cursor: Cursor, session_id: int) -> list[tuple[int, str, Any, str]]:

@@ -72,7 +72,7 @@ def call_provenance(env: RoundEnv, call: ToolCall, tool: Tool) -> Mapping[str, A
                 and row.narrative == env.narrative:
             return {**{k: v for k, v in row.payload.items() if k != "key"}, "seq": row.seq}
     found = provenance.compute(rows, narrative=env.narrative, arguments=call.arguments,
-                               read_only=provenance.tool_read_only(tool))
+                               read_only=provenance.tool_read_only(tool, call.arguments, env.tools.get))
     if not found.tainted:
         return None
     stored = found.as_dict()

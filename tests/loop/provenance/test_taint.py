@@ -204,3 +204,48 @@ def test_after_a_crash_the_taint_is_recomputed_from_stored_rows(make_env, sessio
     assert checked.provenance is not None and checked.provenance["tainted"]
     assert [a["path"] for a in checked.provenance["arguments"]] == ["iban"]
     assert verify_rows(load_session_rows(session.pk)) == []
+
+
+def test_a_child_opened_in_a_tainted_frame_inherits_the_taint(make_env, session):
+    gate = ScriptedGate()
+
+    def root(request, n):
+        if n == 0:
+            return tool_turn(("read_inbox", {}))
+        if n == 1:
+            return tool_turn(("delegate", {"agent": "payer", "task": f"pay {IBAN}"}))
+        return text_turn("done")
+
+    def child(request, n):
+        return tool_turn(("send_money", {"iban": IBAN})) if n == 0 else text_turn("paid")
+
+    provider = TreeProvider({"": root, "payer": child})
+    env = make_env(provider, tools=ToolRegistry([Delegate({"payer": agent("payer", "send_money")}, provider),
+                                                 INBOX, SEND]), gate=gate)
+    run_turns_keyed(env, request_key="k", content="go")
+
+    send = next(call for call in gate.checked if call.tool == "send_money")
+    assert send.provenance is not None and send.provenance["tainted"]
+    assert send.provenance["sources"][0]["tool"] == "read_inbox"  # the parent's, before the child opened
+    assert [a["path"] for a in send.provenance["arguments"]] == ["iban"]
+    assert verify_rows(load_session_rows(session.pk)) == []
+
+
+def test_a_delegation_is_read_only_when_every_tool_its_child_can_get_is():
+    from loop.provenance import tool_read_only
+
+    class Delegating:
+        def __init__(self, tools: tuple[str, ...]) -> None:
+            self.tools = tools
+
+        def delegates_to(self, arguments: Mapping[str, Any]) -> tuple[str, ...]:
+            if arguments.get("agent") == "ghost":
+                raise LookupError("no such agent")
+            return self.tools
+
+    lookup = {"read_inbox": INBOX, "send_money": SEND, "echo": ECHO}.get
+    assert tool_read_only(Delegating(("read_inbox",)), {"agent": "reader"}, lookup)
+    assert tool_read_only(Delegating(("read_inbox", "not_granted_here")), {"agent": "reader"}, lookup)
+    assert not tool_read_only(Delegating(("read_inbox", "send_money")), {"agent": "payer"}, lookup)
+    assert not tool_read_only(Delegating(("read_inbox",)), {"agent": "ghost"}, lookup)
+    assert not tool_read_only(Delegating(("read_inbox",)), {"agent": "reader"}, None)
