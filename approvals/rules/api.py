@@ -140,8 +140,9 @@ class ExplainView(APIView):
             OpenApiParameter("user", OpenApiTypes.STR, description="Username or user id."),
             OpenApiParameter("agent", OpenApiTypes.STR, description="Agent name."),
             OpenApiParameter("provenance", OpenApiTypes.STR, many=True, explode=False, style="form",
-                             enum=list(PROVENANCE_FLAGS), description="The call's provenance, comma-separated: any of " + ", ".join(PROVENANCE_FLAGS)
-                             + " (any but read_only implies tainted; docs/provenance.md)."),
+                             enum=list(PROVENANCE_FLAGS),
+                             description="The call's provenance, comma-separated: any of "
+                             + ", ".join(PROVENANCE_FLAGS) + " (any but read_only implies tainted)."),
         ],
         responses={200: ExplainSerializer, **error_responses(_400="invalid", _404=("user_unknown", "agent_unknown"))},
     )
