@@ -87,7 +87,7 @@ class ApprovalGate:
             args_hash=call.arguments_hash, preview=preview, rule=rule,
             rule_snapshot=rule_snapshot(rule), requested_by_id=scope.user_id, status=ApprovalStatus.PENDING,
             expires_at=now + ttl, created_at=now, traceparent=str(verdict.detail.get("traceparent", ""))[:64],
-            provenance=approval_provenance(call.provenance),
+            provenance=approval_provenance(call.provenance, session_id=scope.session_id),
         )
         audit_append(
             actor=_actor(scope), kind=AuditKind.APPROVAL_REQUESTED, subject_type="approval",
@@ -113,12 +113,18 @@ def provenance_audit(provenance: Mapping[str, Any]) -> dict[str, Any]:
             "argument_from_suspect": bool(provenance.get("argument_from_suspect"))}
 
 
-def approval_provenance(provenance: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The approval's copy: the whole provenance, and whether approving needs it acknowledged (an
-    argument from a result with a suspected injection)."""
+def approval_provenance(provenance: Mapping[str, Any] | None, *, session_id: int) -> dict[str, Any]:
+    """The approval's copy: the whole provenance, when each source was recorded (``at``), and whether
+    approving needs it acknowledged (an argument from a result with a suspected injection)."""
     if not provenance or not provenance.get("tainted"):
         return {}
-    return {**provenance, "acknowledge_required": bool(provenance.get("argument_from_suspect"))}
+    from loop.models import SessionEvent
+
+    sources = list(provenance.get("sources") or ())
+    times = dict(SessionEvent.objects.filter(session_id=session_id, seq__in=[s.get("seq") for s in sources])
+                 .values_list("seq", "created_at"))
+    dated = [{**s, "at": times[s["seq"]].isoformat()} if s.get("seq") in times else dict(s) for s in sources]
+    return {**provenance, "sources": dated, "acknowledge_required": bool(provenance.get("argument_from_suspect"))}
 
 
 def rule_snapshot(rule: ApprovalRule | None) -> dict[str, Any]:

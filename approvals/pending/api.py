@@ -47,6 +47,7 @@ class ProvenanceSourceSerializer(serializers.Serializer):
     tool = serializers.CharField()
     server = serializers.CharField(allow_null=True, help_text="The MCP server, for an MCP tool.")
     kind = serializers.CharField(help_text="tool_result | subagent_result | compaction")
+    at = serializers.DateTimeField(required=False, help_text="When the result was recorded.")
     suspects = SuspectSerializer(many=True)
 
 

@@ -74,7 +74,8 @@
     const box = el("div", "provenance", "");
     box.appendChild(el("strong", "", "Follows untrusted content."));
     for (const s of prov.sources || []) {
-      const line = el("div", "source", `From ${s.tool}${s.server ? ` (MCP server ${s.server})` : ""}, event #${s.seq}.`);
+      const when = s.at ? `, ${new Date(s.at).toLocaleString()}` : "";
+      const line = el("div", "source", `From ${s.tool}${s.server ? ` (MCP server ${s.server})` : ""}${when}, event #${s.seq}.`);
       line.dataset.seq = s.seq;
       for (const f of s.suspects || []) {
         const m = el("div", "suspect", `Suspected injection (${f.kind}, score ${f.score}): `);

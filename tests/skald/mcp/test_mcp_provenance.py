@@ -100,6 +100,7 @@ def test_the_api_approval_object_carries_the_provenance(parked, api, carol):
     assert item["provenance"]["tainted"] is True
     assert item["provenance"]["arguments"][0]["path"] == "iban"
     assert item["provenance"]["sources"][0]["tool"] == "mcp__bank__read_inbox"
+    assert item["provenance"]["sources"][0]["at"]  # when the result was recorded
     response = api(carol).post(f"/api/approvals/{parked.request_id}/resolve", {"decision": "approve"},
                                format="json")
     assert response.status_code == 400 and response.json()["code"] == "provenance_acknowledgement_required"
