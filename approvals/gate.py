@@ -48,7 +48,8 @@ class ApprovalGate:
             rule_id = None
         else:
             try:
-                decision = decide(tool=call.tool, args=call.arguments, user_id=scope.user_id, agent=scope.agent)
+                decision = decide(tool=call.tool, args=call.arguments, user_id=scope.user_id, agent=scope.agent,
+                                  provenance=call.provenance)
                 rule = decision.rule
                 rule_id = rule.id if rule is not None else None
                 detail: dict[str, Any] = {"ttl": getattr(rule, "approval_ttl", None)} if rule is not None else {}
@@ -64,7 +65,8 @@ class ApprovalGate:
                 payload={"tool": call.tool, "action": verdict.action, "rule": rule_id,
                          "arguments_hash": call.arguments_hash, "reason": verdict.reason[:200],
                          # the scope's agent, so a policy preview re-decides the call as it was gated
-                         "agent": scope.agent if scope is not None else None},
+                         "agent": scope.agent if scope is not None else None,
+                         **({"provenance": provenance_audit(call.provenance)} if call.provenance else {})},
             )
         return verdict
 
@@ -85,6 +87,7 @@ class ApprovalGate:
             args_hash=call.arguments_hash, preview=preview, rule=rule,
             rule_snapshot=rule_snapshot(rule), requested_by_id=scope.user_id, status=ApprovalStatus.PENDING,
             expires_at=now + ttl, created_at=now, traceparent=str(verdict.detail.get("traceparent", ""))[:64],
+            provenance=approval_provenance(call.provenance, session_id=scope.session_id),
         )
         audit_append(
             actor=_actor(scope), kind=AuditKind.APPROVAL_REQUESTED, subject_type="approval",
@@ -95,7 +98,33 @@ class ApprovalGate:
         approval_announce(approval, EventKind.APPROVAL_PENDING)  # the outbox row commits with the park
         return {"request_id": str(approval.request_id), "tool": call.tool, "preview": preview,
                 "rule": approval.rule_snapshot, "expires_at": approval.expires_at.isoformat(),
-                "batch": approval.batch, "requested_by_id": approval.requested_by_id}
+                "batch": approval.batch, "requested_by_id": approval.requested_by_id,
+                **({"provenance": approval.provenance} if approval.provenance else {})}
+
+
+def provenance_audit(provenance: Mapping[str, Any]) -> dict[str, Any]:
+    """What the gate's audit row keeps of a call's provenance: the flags, the source rows and the
+    argument paths with where they came from (never the argument values themselves)."""
+    return {"seq": provenance.get("seq"), "tainted": bool(provenance.get("tainted")),
+            "sources": [{"seq": s.get("seq"), "tool": s.get("tool"), "server": s.get("server"),
+                         "suspects": len(s.get("suspects") or ())} for s in provenance.get("sources") or ()],
+            "arguments": [{"path": a.get("path"), "seq": a.get("seq"), "how": a.get("how"), "suspect": a.get("suspect")}
+                          for a in provenance.get("arguments") or ()],
+            "argument_from_suspect": bool(provenance.get("argument_from_suspect"))}
+
+
+def approval_provenance(provenance: Mapping[str, Any] | None, *, session_id: int) -> dict[str, Any]:
+    """The approval's copy: the whole provenance, when each source was recorded (``at``), and whether
+    approving needs it acknowledged (an argument from a result with a suspected injection)."""
+    if not provenance or not provenance.get("tainted"):
+        return {}
+    from loop.models import SessionEvent
+
+    sources = list(provenance.get("sources") or ())
+    times = dict(SessionEvent.objects.filter(session_id=session_id, seq__in=[s.get("seq") for s in sources])
+                 .values_list("seq", "created_at"))
+    dated = [{**s, "at": times[s["seq"]].isoformat()} if s.get("seq") in times else dict(s) for s in sources]
+    return {**provenance, "sources": dated, "acknowledge_required": bool(provenance.get("argument_from_suspect"))}
 
 
 def rule_snapshot(rule: ApprovalRule | None) -> dict[str, Any]:

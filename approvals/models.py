@@ -110,6 +110,9 @@ class PendingApproval(models.Model):
     created_at = models.DateTimeField()
     # The parked call's span (W3C traceparent, loop.tracing): the decision's span links to it.
     traceparent = models.CharField(max_length=64, blank=True, default="")
+    # Injection provenance (issue 30, docs/provenance.md): the call's provenance when it was made in a
+    # tainted frame (sources, suspect spans, arguments from untrusted content); {} otherwise.
+    provenance = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-id"]

@@ -45,6 +45,7 @@ from loop.masking import withhold_credentials
 from loop.models import Frame, ToolCallStatus
 from loop.outcomes import AwaitingHuman, Canceled, Completed, TerminalOutcome, outcome_detail
 from loop.ports import AgentSpec, DelegateReturn, ToolContext
+from loop.provenance import UNTRUSTED
 from loop.providers.base import AssembledTurn, LlmProvider
 from loop.store import Store
 
@@ -230,6 +231,11 @@ def child_return(store: Store, frame: Frame, outcome: TerminalOutcome, *, parent
                 f"Partial output:\n{partial[-4000:] or '(none)'}")
     subagent = {"agent": frame.agent, "content": text[:RESULT_CAP], "outcome": outcome.name, "frame": frame.pk,
                 "depth": frame.depth, "input_tokens": tokens_in, "output_tokens": tokens_out}
+    # A sub-agent's result inherits its child's taint (loop/provenance.py): any untrusted result or
+    # summary in the child's own narrative (a grandchild's taint reached it through its result).
+    labelled = store.frames.rows_of(frame, EventKind.TOOL_RESULT, EventKind.COMPACTION)
+    if any(row.get("trust") == UNTRUSTED for row in labelled):
+        subagent["trust"] = UNTRUSTED
     return DelegateReturn(content=text, status=status, subagent=subagent)
 
 

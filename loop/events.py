@@ -37,6 +37,10 @@ class EventKind(StrEnum):
     # A tool's effect refused after its work (a stale workspace write, a driver taken over): the
     # product records it so the run says in words what was not applied.
     EFFECT_REFUSED = "control:effect_refused"
+    # Injection provenance (loop/provenance.py): a call made in a tainted frame, and a suspected
+    # instruction found in an untrusted result.
+    PROVENANCE = "control:provenance"
+    INJECTION_SUSPECT = "control:injection_suspect"
 
 
 CONVERSATION_KINDS = frozenset(
@@ -82,6 +86,8 @@ class ToolResultPayload(_Payload):
     is_error: bool = False
     status: str = "completed"
     truncated: bool = False
+    trust: str = "trusted"  # "untrusted": loop/provenance.py (absent on trusted rows)
+    trust_reason: str = ""
 
 
 class SubagentResultPayload(_Payload):
@@ -95,11 +101,13 @@ class SubagentResultPayload(_Payload):
     depth: int | None = None
     input_tokens: int = 0
     output_tokens: int = 0
+    trust: str = "trusted"  # the child frame's taint (loop/provenance.py)
 
 
 class CompactionPayload(_Payload):
     summary: str
     manifest: dict[str, Any]
+    trust: str = "trusted"  # the label of the rows it covers (loop/provenance.py)
 
 
 PAYLOAD_MODELS: dict[str, type[_Payload]] = {

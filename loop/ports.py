@@ -80,6 +80,9 @@ class GateCall:
     tool: str
     arguments: Mapping[str, Any]
     arguments_hash: str
+    # A call made in a tainted frame: its provenance (loop/provenance.py ``Provenance.as_dict`` and
+    # the seq of its ``control:provenance`` row); None in an untainted frame.
+    provenance: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +169,11 @@ class Tool(Protocol):
         ...
 
     def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str | DelegateReturn: ...
+
+    # Optional, read with ``getattr`` (loop/provenance.py): ``trust`` ("trusted" | "untrusted", the
+    # label of the tool's results; an MCP proxy has ``trusted``), ``read_only`` (else
+    # ``concurrency_safe``), ``writes_path`` / ``reads_path`` (the argument naming a workspace file
+    # the tool writes or reads: a file written in a tainted frame is untrusted when read back).
 
 
 class ToolDiscovery(Protocol):

@@ -19,8 +19,10 @@ from loop.events import EventKind
 from loop.journal import Journal
 from loop.models import TERMINAL_TOOL_CALL_STATUSES, Exchange, Frame, ToolCall, ToolCallStatus
 from loop.projection import call_key
+from loop.provenance import TRUSTED, UNTRUSTED, EventRowView
 from loop.providers.base import AssembledTurn
 from loop.sql import calls as call_rows
+from loop.sql import events as event_rows
 from loop.sql import exchanges as exchange_rows
 
 
@@ -129,6 +131,7 @@ class CallLog:
     def result(
         self, call: ToolCall, *, status: str, content: str, is_error: bool, truncated: bool, principal: str,
         narrative: str, withheld: Sequence[str] = (), subagent: Mapping[str, Any] | None = None,
+        trust: str = TRUSTED, trust_reason: str = "", suspects: Sequence[Mapping[str, Any]] = (),
     ) -> int:
         """``tool_result`` + ``control:tool_done`` and the call's final state, inside the caller's
         transaction. Returns the seq of the done row.
@@ -136,12 +139,23 @@ class CallLog:
         ``withheld`` names the credential kinds that kept the output out (SPEC L16); they go into
         the call's transition audit row.
         """
-        payload = {"key": call.call_key, "name": call.tool, "content": content, "is_error": is_error,
-                   "status": status, "truncated": truncated}
+        payload: dict[str, Any] = {"key": call.call_key, "name": call.tool, "content": content,
+                                   "is_error": is_error, "status": status, "truncated": truncated}
+        if subagent is not None and subagent.get("trust") == UNTRUSTED:  # a child's taint (loop/provenance.py)
+            trust, trust_reason = UNTRUSTED, trust_reason or "the sub-agent's frame was tainted"
+        if trust == UNTRUSTED:  # trusted rows keep their shape (and digests) from before provenance
+            payload["trust"] = UNTRUSTED
+            if trust_reason:
+                payload["trust_reason"] = trust_reason
         fresh = call.status not in TERMINAL_TOOL_CALL_STATUSES  # a result commits with the call's final state
         first = self.journal.append(call.session_id, EventKind.TOOL_RESULT, payload,
                                     f"s{call.session_id}:{narrative}{call.call_key}:result",
                                     exchange_id=call.exchange_id, narrative=narrative, fresh=fresh)
+        for index, suspect in enumerate(suspects if trust == UNTRUSTED else ()):
+            self.journal.append(call.session_id, EventKind.INJECTION_SUSPECT,
+                                {"result_seq": first, "key": call.call_key, "tool": call.tool, **suspect},
+                                f"s{call.session_id}:{narrative}{call.call_key}:suspect{index}",
+                                exchange_id=call.exchange_id, narrative=narrative, fresh=fresh)
         done = self.journal.append(call.session_id, EventKind.TOOL_DONE, {"key": call.call_key, "status": status},
                                    f"s{call.session_id}:{narrative}{call.call_key}:done",
                                    exchange_id=call.exchange_id, narrative=narrative, fresh=fresh)
@@ -161,12 +175,29 @@ class CallLog:
     def record_result(
         self, call: ToolCall, *, status: str, content: str, is_error: bool, truncated: bool, principal: str,
         narrative: str = "", withheld: Sequence[str] = (), subagent: Mapping[str, Any] | None = None,
+        trust: str = TRUSTED, trust_reason: str = "", suspects: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         """Append ``tool_result`` + ``control:tool_done`` (and a delegate's ``subagent_result``) and
-        settle the call's state."""
+        settle the call's state. An untrusted result carries its label and its suspected
+        instructions (``control:injection_suspect`` rows) in the same transaction."""
         with self.journal.batch():
             self.result(call, status=status, content=content, is_error=is_error, truncated=truncated,
-                        principal=principal, narrative=narrative, withheld=withheld, subagent=subagent)
+                        principal=principal, narrative=narrative, withheld=withheld, subagent=subagent,
+                        trust=trust, trust_reason=trust_reason, suspects=suspects)
+
+    def provenance_rows(self, session_id: int) -> list[EventRowView]:
+        """The session's rows provenance is computed from (labelled results, provenance, suspects)."""
+        with sql.cursor() as cursor:
+            return [EventRowView(*row) for row in event_rows.provenance_rows(cursor, session_id)]
+
+    def record_provenance(self, call: ToolCall, provenance: Mapping[str, Any], *, narrative: str) -> int:
+        """``control:provenance``: a call made in a tainted frame, durable before the gate sees it."""
+        with self.journal.batch():
+            seq = self.journal.append(call.session_id, EventKind.PROVENANCE, {"key": call.call_key, **provenance},
+                                      f"s{call.session_id}:{narrative}{call.call_key}:provenance",
+                                      exchange_id=call.exchange_id, narrative=narrative)
+            self.journal.wake(call.session_id, seq)
+        return seq
 
     def cancel_calls(
         self,

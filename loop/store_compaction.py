@@ -20,6 +20,7 @@ from loop.events import CONVERSATION_KINDS, EventKind
 from loop.journal import Journal
 from loop.models import Exchange
 from loop.projection import EventRow, Replay, tail_first_seq
+from loop.provenance import UNTRUSTED, EventRowView, covered_trust
 from loop.sql import events as event_rows
 from loop.sql import exchanges as exchange_rows
 
@@ -100,7 +101,9 @@ class CompactionLog:
                 stored_probe = event_rows.find_event(cursor, key + ":probe") if stored else None
             if stored is not None and stored_probe is not None:
                 return CompactionCommit(stored[0], stored_probe[0], replayed=True)
-            payload = {"summary": summary, "manifest": dict(manifest)}
+            payload: dict[str, Any] = {"summary": summary, "manifest": dict(manifest)}
+            if self._covers_untrusted(session_id, narrative, manifest):  # the summary inherits the taint
+                payload["trust"] = UNTRUSTED
             fresh = stored is None  # looked up just above; the probe row commits with it
             seq = self.journal.append(session_id, EventKind.COMPACTION, payload, key, exchange_id=exchange.pk,
                                       narrative=narrative, fresh=fresh)
@@ -125,6 +128,13 @@ class CompactionLog:
             )
             self.journal.wake(session_id, probe_seq)
         return CompactionCommit(seq, probe_seq, replayed=False)
+
+    @staticmethod
+    def _covers_untrusted(session_id: int, narrative: str, manifest: Mapping[str, Any]) -> bool:
+        with sql.cursor() as cursor:
+            rows = [EventRowView(*row) for row in event_rows.provenance_rows(cursor, session_id)]
+        return covered_trust(rows, narrative=narrative, first_seq=int(manifest.get("first_seq") or 0),
+                             last_seq=int(manifest["last_seq"])) == UNTRUSTED
 
     def stop_at_quota(self, exchange: Exchange, *, narrative: str, payload: Mapping[str, Any],
                       then: Callable[[], T]) -> T:

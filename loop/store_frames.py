@@ -41,7 +41,9 @@ class FrameLog:
                                     agent=agent, narrative=narrative, parent_call_id=parent_call_id,
                                     selection=selection, now=self.journal.now())
             opened = {"frame": frame.pk, "depth": frame.depth, "agent": agent, "parent_frame": parent.pk,
-                      "parent_call": parent_call_id, "selection": dict(selection), **grant}
+                      "parent_call": parent_call_id, "selection": dict(selection), **grant,
+                      # the child inherits its parent's taint up to here (loop/provenance.py)
+                      "parent_narrative": parent.narrative}
             base = f"s{exchange.session_id}:{narrative}e{exchange.number}"
             self.journal.append(exchange.session_id, EventKind.FRAME_OPENED, opened, f"{base}:opened",
                                 exchange_id=exchange.pk, narrative=narrative)

@@ -12,6 +12,9 @@ For one session, recomputed from stored columns only — no provider is built or
   does not exist).
 * **compactions** — manifests, probe reports and the windows around each compaction are recomputed
   (:mod:`loop.compaction.verify`).
+* **provenance** — each ``control:provenance`` row (a call made in a tainted frame) is recomputed from
+  the rows before it and the call's arguments as the assistant row planned them
+  (:func:`loop.provenance.provenance_mismatches`).
 
 The product cross-checks these rows against its audit log (`skald.crosscheck`); the kernel knows
 nothing of that log.
@@ -30,9 +33,11 @@ from loop.events import CONVERSATION_KINDS, EventKind
 from loop.models import Exchange, ExchangeStatus, Frame, FrameStatus
 from loop.outcomes import build_receipt
 from loop.projection import EventRow, ProjectionError, project
+from loop.provenance import provenance_mismatches
 from loop.sql import events as event_rows
 from loop.sql import exchanges as exchange_rows
 from loop.sql import frames as frame_rows
+from loop.store_calls import parse_arguments
 from loop.tripwires import Detector
 
 Finding = dict[str, Any]
@@ -102,7 +107,18 @@ def verify_rows(rows: SessionRows, *, guard: Detector | None = None) -> list[Fin
         *frame_mismatches(rows.exchanges, rows.events, rows.frames),
         *compaction_mismatches(rows.events, mask=mask_pii, guard=guard,
                                skip_exchanges={e.pk for e in rows.exchanges if e.status in _ACTIVE}),
+        *provenance_checks(rows.events),
     ]
+
+
+def provenance_checks(events: Sequence[StoredEvent]) -> list[Finding]:
+    """Every stored provenance row recomputed from stored rows (no model, no memory)."""
+    arguments: dict[str, Mapping[str, Any]] = {}
+    for event in events:
+        if event.kind == EventKind.ASSISTANT and isinstance(event.payload, Mapping):
+            for planned in event.payload.get("tool_calls") or ():
+                arguments[str(planned.get("key"))] = parse_arguments(str(planned.get("arguments") or "")) or {}
+    return [{"exchange": None, "number": None, **found} for found in provenance_mismatches(events, arguments)]
 
 
 def sequence_mismatches(events: Sequence[StoredEvent], *, last_seq: int) -> list[Finding]:

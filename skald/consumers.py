@@ -174,6 +174,7 @@ class SessionConsumer(RefusingConsumer):
             approval = await database_sync_to_async(pending_approval_resolve)(
                 resolver=self.user, request_id=content.get("request_id"), decision=str(content.get("decision")),
                 reason=str(content.get("reason") or ""), session_id=self.session.pk,
+                provenance_acknowledged=content.get("provenance_acknowledged") is True,
             )
         except SkaldError as exc:
             await self.send_json({"type": "error", "code": exc.code, "message": exc.message,

@@ -186,7 +186,8 @@ class PendingApprovalAdmin(ReadOnlyAdmin):  # parked calls change only through t
                 self.message_user(request, f"{approval.tool}: {error}", messages.ERROR)
             return HttpResponseRedirect(reverse("admin:approvals_pendingapproval_change", args=[approval.pk]))
         if not self._resolve(request, [approval], decision=decision, reason=form.cleaned_data["reason"],
-                             announce=False):
+                             announce=False,  # the decide page's checkbox (docs/provenance.md)
+                             provenance_acknowledged=request.POST.get("provenance_acknowledged") == "on"):
             return HttpResponseRedirect(reverse("admin:approvals_pendingapproval_change", args=[approval.pk]))
         following = next_pending(after=approval)
         decided = f"{'Approved' if decision == 'approve' else 'Rejected'} {self._call_words(approval)}"
@@ -242,13 +243,14 @@ class PendingApprovalAdmin(ReadOnlyAdmin):  # parked calls change only through t
         return TemplateResponse(request, "admin/approvals/pendingapproval/resolve_confirmation.html", context)
 
     def _resolve(self, request: HttpRequest, approvals: list[PendingApproval], *, decision: str, reason: str,
-                 announce: bool = True) -> int:
+                 announce: bool = True, provenance_acknowledged: bool = False) -> int:
         resolver = cast(AbstractBaseUser, request.user)  # admin_view: an authenticated staff user
         done = 0
         for approval in approvals:
             try:
                 pending_approval_resolve(resolver=resolver, decision=decision, reason=reason,
-                                         request_id=approval.request_id)
+                                         request_id=approval.request_id,
+                                         provenance_acknowledged=provenance_acknowledged)
             except SkaldError as exc:
                 self.message_user(
                     request, f"{approval.tool} ({approval.batch}, {approval.request_id}): {exc.message} [{exc.code}]",

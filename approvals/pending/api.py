@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -21,9 +21,62 @@ from skald.core.api.strict_input import StrictInput
 from skald.core.roles import Role
 
 RESOLVE_ERRORS = error_responses(
-    _400=("invalid", "reason_required"), _403="four_eyes_required", _404="approval_not_found",
+    _400=("invalid", "reason_required", "provenance_acknowledgement_required"), _403="four_eyes_required",
+    _404="approval_not_found",
     _409=("approval_already_resolved", "approval_arguments_changed"), _410="approval_expired",
 )
+
+
+class SuspectSerializer(serializers.Serializer):
+    """A suspected instruction in an untrusted result (``control:injection_suspect``)."""
+
+    seq = serializers.IntegerField(help_text="The control:injection_suspect event's seq.")
+    kind = serializers.CharField(help_text="ignore_instructions | addressed_to_assistant | fake_markup | "
+                                           "tool_name | hidden_unicode | encoded")
+    start = serializers.IntegerField(help_text="Span start in the result's content (characters).")
+    end = serializers.IntegerField()
+    score = serializers.FloatField()
+    excerpt = serializers.CharField()
+
+
+class ProvenanceSourceSerializer(serializers.Serializer):
+    """An untrusted result in the call's frame."""
+
+    seq = serializers.IntegerField(help_text="The result's event seq in the session.")
+    key = serializers.CharField(help_text="The call key of the result.")
+    tool = serializers.CharField()
+    server = serializers.CharField(allow_null=True, help_text="The MCP server, for an MCP tool.")
+    kind = serializers.CharField(help_text="tool_result | subagent_result | compaction")
+    at = serializers.DateTimeField(required=False, help_text="When the result was recorded.")
+    suspects = SuspectSerializer(many=True)
+
+
+class ProvenanceArgumentSerializer(serializers.Serializer):
+    """An argument value (or an identifier inside one) that occurs in an untrusted result."""
+
+    path = serializers.CharField(help_text="The argument's dotted path.")
+    value = serializers.CharField()
+    seq = serializers.IntegerField(help_text="The untrusted result it occurs in.")
+    tool = serializers.CharField()
+    start = serializers.IntegerField()
+    end = serializers.IntegerField()
+    how = serializers.ChoiceField(choices=["exact", "normalised", "separators"])
+    suspect = serializers.BooleanField(help_text="That result has a suspected injection.")
+
+
+class ProvenanceSerializer(serializers.Serializer):
+    """Why the call follows untrusted content (docs/provenance.md); null when its frame was not tainted."""
+
+    tainted = serializers.BooleanField()
+    seq = serializers.IntegerField(required=False, help_text="The control:provenance event's seq.")
+    sources = ProvenanceSourceSerializer(many=True)
+    arguments = ProvenanceArgumentSerializer(many=True)
+    read_only = serializers.BooleanField()  # type: ignore[assignment]  # a field named like Field.read_only
+    injection_suspected = serializers.BooleanField()
+    argument_from_untrusted = serializers.BooleanField()
+    argument_from_suspect = serializers.BooleanField()
+    acknowledge_required = serializers.BooleanField(
+        help_text="Approving needs provenance_acknowledged: an argument came from a result with a suspected injection.")
 
 
 class ApprovalSerializer(serializers.ModelSerializer):
@@ -36,7 +89,14 @@ class ApprovalSerializer(serializers.ModelSerializer):
     class Meta:
         model = PendingApproval
         fields = ["request_id", "tool_call_id", "session", "batch", "tool", "args", "preview", "rule",
-                  "requested_by", "expires_at", "status", "resolved_by", "resolved_at", "reason", "created_at"]
+                  "requested_by", "expires_at", "status", "resolved_by", "resolved_at", "reason", "created_at",
+                  "provenance"]
+
+    provenance = serializers.SerializerMethodField()
+
+    @extend_schema_field(ProvenanceSerializer(allow_null=True))
+    def get_provenance(self, obj: PendingApproval) -> dict[str, Any] | None:
+        return dict(obj.provenance) if obj.provenance else None
 
     def get_requested_by(self, obj: PendingApproval) -> str | None:
         return obj.requested_by.get_username() if obj.requested_by else None
@@ -62,14 +122,20 @@ class ResolutionSerializer(ApprovalSerializer):
         fields = [*ApprovalSerializer.Meta.fields, "continuation", "approvals"]
 
 
+_ACKNOWLEDGED = ("The approver saw the call's provenance; required to approve a call whose provenance says "
+                 "acknowledge_required.")
+
+
 class ResolveSerializer(StrictInput):
     decision = serializers.ChoiceField(choices=["approve", "reject"])
     reason = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+    provenance_acknowledged = serializers.BooleanField(required=False, default=False, help_text=_ACKNOWLEDGED)
 
 
 class ApproveInput(StrictInput):
     decision = serializers.ChoiceField(choices=["approve"])
     reason = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+    provenance_acknowledged = serializers.BooleanField(required=False, default=False, help_text=_ACKNOWLEDGED)
 
 
 class RejectInput(StrictInput):

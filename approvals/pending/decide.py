@@ -16,8 +16,10 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from approvals.models import ApprovalRule, ApprovalStatus, PendingApproval
+from approvals.pending.provenance import provenance_view
 from approvals.rules.engine import Decision
 from approvals.rules.policy import decide
+from loop.models import SessionEvent
 from skald.core.admin import admin_may_view
 from skald.core.text import clip_to_line
 from skald.models import Case, Run
@@ -83,7 +85,7 @@ def trace_rows(decision: Decision, *, rules_open: bool) -> list[TraceRow]:
 def decision_context(request: HttpRequest, site: admin.AdminSite, approval: PendingApproval) -> dict[str, Any]:
     run: Run | None = Run.objects.filter(session_id=approval.session_id).select_related("case").first()
     decision = decide(tool=approval.tool, args=approval.args, user_id=approval.requested_by_id,
-                      agent=approval.session.agent)
+                      agent=approval.session.agent, provenance=approval.provenance or None)
     rules_open = admin_may_view(request, site, ApprovalRule)
     members = list(PendingApproval.objects.filter(session_id=approval.session_id, batch=approval.batch)
                    .select_related("resolved_by").order_by("tool_call_id"))
@@ -105,6 +107,7 @@ def decision_context(request: HttpRequest, site: admin.AdminSite, approval: Pend
         "diff": diff_html(approval.preview),
         "arguments": json.dumps(approval.args, indent=2, sort_keys=True, ensure_ascii=False),
         "batch_members": members if len(members) > 1 else [],
+        "provenance": provenance_view(approval, events_open=admin_may_view(request, site, SessionEvent)),
     }
 
 

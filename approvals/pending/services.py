@@ -50,6 +50,16 @@ def _approval_for_update(*, request_id: Any = None, tool_call_id: int | None = N
         raise NotFound("No such approval.", code="approval_not_found") from None
 
 
+def provenance_acknowledgement_check(approval: PendingApproval, *, decision: str, acknowledged: bool) -> None:
+    """Refuse to approve a call that follows a suspected injection unless its provenance was
+    acknowledged (docs/provenance.md, "denied unless an approver approves it with the provenance in
+    front of them")."""
+    if decision == "approve" and (approval.provenance or {}).get("acknowledge_required") and not acknowledged:
+        raise SkaldError("This call follows a suspected injection: approve it only with its provenance "
+                         "acknowledged.", code="provenance_acknowledgement_required", http_status=400,
+                         fields={"provenance_acknowledged": ["required to approve this call"]})
+
+
 def pending_approval_resolve(
     *,
     resolver: AbstractBaseUser,
@@ -58,11 +68,16 @@ def pending_approval_resolve(
     request_id: Any = None,
     tool_call_id: int | None = None,
     session_id: int | None = None,
+    provenance_acknowledged: bool = False,
 ) -> PendingApproval:
     """Resolve one parked call by request id or by tool-call id (the owning session comes from the
     call's own row). Re-validates everything before anything runs; single-use; schedules the
     continuation on commit. With ``session_id`` (a session's websocket), only that session's calls
-    are found. Raises SkaldError with a stable code."""
+    are found. Raises SkaldError with a stable code.
+
+    A call with an argument taken from a result with a suspected injection (its provenance says
+    ``acknowledge_required``) is approved only with ``provenance_acknowledged``: the approver states
+    that they saw the provenance (docs/provenance.md)."""
     if decision not in ("approve", "reject"):
         raise SkaldError("decision must be 'approve' or 'reject'", code="invalid", http_status=400,
                          fields={"decision": ["must be approve or reject"]})
@@ -89,6 +104,7 @@ def pending_approval_resolve(
             if call.arguments_hash != approval.args_hash or arguments_hash(approval.args) != approval.args_hash:
                 raise Conflict("The call's arguments changed since approval was requested.",
                                code="approval_arguments_changed")
+            provenance_acknowledgement_check(approval, decision=decision, acknowledged=provenance_acknowledged)
             approval.status = ApprovalStatus.APPROVED if decision == "approve" else ApprovalStatus.REJECTED
             approval.resolved_by_id = resolver.pk
             approval.resolved_at = clock.now()
@@ -98,7 +114,8 @@ def pending_approval_resolve(
                 actor=Actor.user(resolver), kind=AuditKind.APPROVAL_RESOLVED, subject_type="approval",
                 subject_id=str(approval.request_id),
                 payload={"decision": decision, "reason": reason[:500], "tool_call": call.pk,
-                         "rule": approval.rule_id, "arguments_hash": approval.args_hash},
+                         "rule": approval.rule_id, "arguments_hash": approval.args_hash,
+                         **({"provenance_acknowledged": provenance_acknowledged} if approval.provenance else {})},
             )
             _announce(approval, resolver_label=f"user:{resolver.pk}", resolver_name=resolver.get_username())
             # The decision's span first: its continuation may run on commit in this process.

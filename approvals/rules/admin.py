@@ -28,6 +28,7 @@ from approvals.rules.admin_impact import (
     loosening_sentence,
 )
 from approvals.rules.explain import PRECEDENCE, TestCallForm, never_wins
+from approvals.rules.policy import fired_provenance
 from approvals.rules.seed import DEFAULT_PRIORITY
 from approvals.rules.selectors import tools_catalog
 from approvals.rules.services import (
@@ -275,6 +276,7 @@ class ApprovalRuleAdmin(ToolCatalogMixin, admin.ModelAdmin):
         context = {**self.admin_site.each_context(request), "opts": self.opts, "title": "Test a call",
                    "form": form, "decision": decision, "precedence": PRECEDENCE,
                    "trace": trace_rows(decision, rules_open=True) if decision else [],
+                   "provenance_fired": fired_provenance(decision) if decision else [],
                    "tool_catalog": tool_choices()}
         return TemplateResponse(request, "admin/approvals/approvalrule/test_call.html", context)
 

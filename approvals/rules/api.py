@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from approvals.rules.engine import ACTIONS, Decision
-from approvals.rules.policy import decide
+from approvals.rules.policy import PROVENANCE_FLAGS, decide, fired_provenance
 from approvals.rules.selectors import agent_exists, tools_catalog, user_id_resolve
 from skald.core.api.errors_schema import error_responses
 from skald.core.api.input_checks import json_loads_checked
@@ -43,6 +43,9 @@ ExplainSerializer = inline_serializer(
         "rule": inline_serializer(name="ApprovalDecidingRule", fields=_RULE_FIELDS, allow_null=True),
         "rule_set": serializers.CharField(allow_null=True, help_text='"global" or "group:<name>".'),
         "reason": serializers.CharField(),
+        "provenance_fired": serializers.ListField(
+            child=serializers.CharField(),
+            help_text='The provenance conditions of the matching rules, e.g. "tainted=true" (docs/provenance.md).'),
         "trace": inline_serializer(
             name="ApprovalTraceEntry",
             many=True,
@@ -72,6 +75,16 @@ class ExplainQuery(serializers.Serializer):
     args = serializers.CharField(required=False, default="{}", trim_whitespace=False)
     user = serializers.CharField(required=False, max_length=150)
     agent = serializers.CharField(required=False, max_length=64)
+    provenance = serializers.CharField(required=False, default="", allow_blank=True, max_length=200)
+
+    def validate_provenance(self, value: str) -> dict[str, bool]:
+        named = [part.strip() for part in value.split(",") if part.strip()]
+        unknown = sorted(set(named) - set(PROVENANCE_FLAGS))
+        if unknown:
+            raise serializers.ValidationError(f"unknown provenance condition(s): {', '.join(unknown)}")
+        flags = {name: name in named for name in PROVENANCE_FLAGS}
+        flags["tainted"] = any(flags[name] for name in PROVENANCE_FLAGS if name != "read_only")
+        return flags
 
     def validate_args(self, value: str) -> dict[str, Any]:
         try:
@@ -100,6 +113,7 @@ def explain_body(decision: Decision) -> dict[str, Any]:
         "rule": decision.rule.as_dict() if decision.rule is not None else None,
         "rule_set": decision.rule_set,
         "reason": decision.reason,
+        "provenance_fired": fired_provenance(decision),
         "trace": [entry.as_dict() for entry in decision.trace],
     }
 
@@ -125,6 +139,10 @@ class ExplainView(APIView):
                              extensions={JSON_OBJECT: True}),
             OpenApiParameter("user", OpenApiTypes.STR, description="Username or user id."),
             OpenApiParameter("agent", OpenApiTypes.STR, description="Agent name."),
+            OpenApiParameter("provenance", OpenApiTypes.STR, many=True, explode=False, style="form",
+                             enum=list(PROVENANCE_FLAGS),
+                             description="The call's provenance, comma-separated: any of "
+                             + ", ".join(PROVENANCE_FLAGS) + " (any but read_only implies tainted)."),
         ],
         responses={200: ExplainSerializer, **error_responses(_400="invalid", _404=("user_unknown", "agent_unknown"))},
     )
@@ -132,7 +150,8 @@ class ExplainView(APIView):
         query = ExplainQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
         data = query.validated_data
-        decision = decide(tool=data["tool"], args=data["args"], user_id=data.get("user"), agent=data.get("agent"))
+        decision = decide(tool=data["tool"], args=data["args"], user_id=data.get("user"), agent=data.get("agent"),
+                          provenance=data.get("provenance") or None)
         return Response(explain_body(decision))
 
 

@@ -15,8 +15,8 @@ from django.contrib.auth import get_user_model
 from approvals.models import ApprovalRule
 from approvals.rules.engine import RuleSet, RuleView
 from approvals.rules.lint import rule_warnings
-from approvals.rules.policy import decide
-from approvals.rules.selectors import GLOBAL_SET, group_set_name, rule_view
+from approvals.rules.policy import PROVENANCE_FLAGS, decide
+from approvals.rules.selectors import GLOBAL_SET, PROVENANCE_SET, group_set_name, reads_provenance, rule_view
 from skald.models import Agent
 
 PRECEDENCE = ("Within a rule set (the global rules, and each security group of the call's user or agent) the "
@@ -36,6 +36,16 @@ class TestCallForm(forms.Form):
     args = forms.CharField(widget=forms.Textarea(attrs={"rows": 4, "cols": 60}), initial="{}", required=False,
                            help_text='The call\'s arguments as a JSON object, e.g. {"path": "reports/x.md"}.')
 
+    # Injection provenance (docs/provenance.md): what the kernel would derive for a real call.
+    tainted = forms.BooleanField(required=False, help_text="The call's frame has read untrusted content.")
+    read_only = forms.BooleanField(required=False, help_text="The tool is read-only.")
+    argument_from_untrusted = forms.BooleanField(required=False,
+                                                 help_text="An argument value occurs in an untrusted result.")
+    injection_suspected = forms.BooleanField(required=False,
+                                             help_text="An untrusted result in the frame has a suspected injection.")
+    argument_from_suspect = forms.BooleanField(required=False,
+                                               help_text="An argument came from a result with a suspected injection.")
+
     def clean_args(self) -> dict[str, Any]:
         try:
             parsed = json.loads(self.cleaned_data["args"] or "{}")
@@ -53,16 +63,21 @@ class TestCallForm(forms.Form):
 
     def decide(self) -> Any:
         data = self.cleaned_data
+        provenance = {name: bool(data.get(name)) for name in PROVENANCE_FLAGS}
+        provenance["tainted"] = any(provenance[name] for name in PROVENANCE_FLAGS if name != "read_only")
         return decide(tool=data["tool"], args=data["args"], user_id=data["user"].pk if data["user"] else None,
-                      agent=data["agent"].name if data["agent"] else None)
+                      agent=data["agent"].name if data["agent"] else None, provenance=provenance)
+
 
 
 def all_rule_sets() -> list[RuleSet]:
     """Every set at once (global and each group), in the engine's order: one query."""
     sets: dict[str, list[RuleView]] = {GLOBAL_SET: []}
     for rule in ApprovalRule.objects.select_related("group").order_by("priority", "id"):
-        name = group_set_name(rule.group.name) if rule.group is not None else GLOBAL_SET
-        sets.setdefault(name, []).append(rule_view(rule))
+        view = rule_view(rule)
+        name = group_set_name(rule.group.name) if rule.group is not None else (
+            PROVENANCE_SET if reads_provenance(view) else GLOBAL_SET)
+        sets.setdefault(name, []).append(view)
     return [RuleSet(name, tuple(rules)) for name, rules in sets.items()]
 
 

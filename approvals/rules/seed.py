@@ -43,7 +43,21 @@ MCP_DEFAULT_RULES: tuple[tuple[str, dict[str, str], str, int, str], ...] = (
 )
 
 
-DEFAULT_RULE_COUNT = len(DEFAULT_RULES) + len(MCP_DEFAULT_RULES)
+# Injection provenance (issue 30, docs/provenance.md). ``$provenance.…`` matchers read what the kernel
+# derived from stored rows; these global rules form their own set (approvals.rules.selectors
+# PROVENANCE_SET), so they only ever tighten. The second is the "denied unless an approver approves
+# it with the provenance in front of them": a ``require`` whose approval is refused without
+# ``provenance_acknowledged`` (approvals.pending.services). Migration 0008 keeps a frozen copy.
+PROVENANCE_DEFAULT_RULES: tuple[tuple[str, dict[str, str], str, int, str], ...] = (
+    ("*", {"$provenance.tainted": "true", "$provenance.read_only": "false"}, RuleAction.REQUIRE.value,
+     DEFAULT_PRIORITY, "default: in a tainted frame, a call that is not read-only needs approval"),
+    ("*", {"$provenance.argument_from_suspect": "true"}, RuleAction.REQUIRE.value, DEFAULT_PRIORITY - 10,
+     "default: an argument from a result with a suspected injection: approved only with its provenance "
+     "acknowledged"),
+)
+
+
+DEFAULT_RULE_COUNT = len(DEFAULT_RULES) + len(MCP_DEFAULT_RULES) + len(PROVENANCE_DEFAULT_RULES)
 
 
 def default_rules_ensure() -> int:
@@ -55,7 +69,7 @@ def default_rules_ensure() -> int:
             [*(ApprovalRule(tool_pattern=pattern, action=action, priority=priority, note=note)
                for pattern, action, priority, note in DEFAULT_RULES),
              *(ApprovalRule(tool_pattern=pattern, arg_matchers=matchers, action=action, priority=priority, note=note)
-               for pattern, matchers, action, priority, note in MCP_DEFAULT_RULES)]
+               for pattern, matchers, action, priority, note in (*MCP_DEFAULT_RULES, *PROVENANCE_DEFAULT_RULES))]
         )
         audit_append(
             actor=Actor.system("seed"),
@@ -64,7 +78,7 @@ def default_rules_ensure() -> int:
             subject_id="defaults",
             payload={"seeded": [[pattern, action, priority] for pattern, action, priority, _ in DEFAULT_RULES]
                      + [[pattern, matchers, action, priority] for pattern, matchers, action, priority, _
-                        in MCP_DEFAULT_RULES]},
+                        in (*MCP_DEFAULT_RULES, *PROVENANCE_DEFAULT_RULES)]},
         )
     return DEFAULT_RULE_COUNT
 

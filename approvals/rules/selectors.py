@@ -13,6 +13,15 @@ from skald.models import Agent
 from skald.plugins import sockets
 
 GLOBAL_SET = "global"
+# Global rules that read ``$provenance.*`` facts form their own set after the global one: across sets
+# the most restrictive contribution wins, so a provenance rule can only tighten what the other rules
+# decide, never widen it (a provenance "require" never softens a "deny"; docs/provenance.md).
+PROVENANCE_SET = "global:provenance"
+
+
+def reads_provenance(rule: RuleView) -> bool:
+    return isinstance(rule.arg_matchers, dict) and any(
+        isinstance(path, str) and path.startswith("$provenance.") for path in rule.arg_matchers)
 
 # Tools the loop injects outside the registry (the seed's ``synthetic_tools()``): without this list
 # they could not be configured before a model is first offered them.
@@ -67,9 +76,11 @@ def rule_sets_for(*, user_id: int | None, agent: str | None) -> list[RuleSet]:
     by_group: dict[int | None, list[RuleView]] = {None: [], **{group_id: [] for group_id in group_ids}}
     for rule in rules:
         by_group[rule.group_id].append(rule_view(rule))
-    return [RuleSet(GLOBAL_SET, tuple(by_group[None]))] + [
+    global_rules = [rule for rule in by_group[None] if not reads_provenance(rule)]
+    provenance_rules = [rule for rule in by_group[None] if reads_provenance(rule)]
+    return [RuleSet(GLOBAL_SET, tuple(global_rules))] + [
         RuleSet(group_set_name(name), tuple(by_group[group_id])) for group_id, name in groups
-    ]
+    ] + ([RuleSet(PROVENANCE_SET, tuple(provenance_rules))] if provenance_rules else [])
 
 
 def tools_catalog() -> list[dict[str, Any]]:

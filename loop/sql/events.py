@@ -189,3 +189,15 @@ def session_rows(session_id: int) -> list[tuple[int, str, Any, int | None, str]]
     """Every narrative row of a session: ``(seq, kind, payload, exchange_id, narrative)`` in seq order."""
     return list(SessionEvent.objects.filter(session_id=session_id).order_by("seq")
                 .values_list("seq", "kind", "payload", "exchange_id", "narrative"))
+
+
+PROVENANCE_KINDS = ("tool_result", "subagent_result", "compaction", "control:provenance", "control:injection_suspect",
+                    "control:frame_opened")
+
+
+def provenance_rows(cursor: Cursor, session_id: int) -> list[tuple[int, str, Any, str]]:
+    """The rows provenance is computed from (loop/provenance.py): ``(seq, kind, payload, narrative)``."""
+    marks = ", ".join(["%s"] * len(PROVENANCE_KINDS))
+    cursor.execute(f"SELECT seq, kind, payload, narrative FROM loop_sessionevent WHERE session_id = %s "
+                   f"AND kind IN ({marks}) ORDER BY seq", [session_id, *PROVENANCE_KINDS])
+    return [(int(seq), kind, load_json(payload), narrative) for seq, kind, payload, narrative in cursor.fetchall()]

@@ -14,10 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from loop import tracing
+from loop import injection, provenance, tracing
 from loop.bounds import Bounds
 from loop.cancellation import CancelToken
 from loop.errors import ToolError
+from loop.events import EventKind
 from loop.failpoints import failpoint
 from loop.models import ToolCall, ToolCallStatus
 from loop.parking import ParkEntry
@@ -56,9 +57,49 @@ class RoundEnv:
 _OFF = tracing.NOOP.start("", {})  # the span a call has when tracing is off
 
 
-def gate_call(call: ToolCall) -> GateCall:
+def gate_call(call: ToolCall, provenance: Mapping[str, Any] | None = None) -> GateCall:
     return GateCall(call_id=call.pk, key=call.call_key, tool=call.tool, arguments=call.arguments,
-                    arguments_hash=call.arguments_hash)
+                    arguments_hash=call.arguments_hash, provenance=provenance)
+
+
+def call_provenance(env: RoundEnv, call: ToolCall, tool: Tool) -> Mapping[str, Any] | None:
+    """The call's provenance (loop/provenance.py), computed from stored rows and, in a tainted frame,
+    journaled as ``control:provenance`` before the gate sees it. A row stored for this call already
+    (a retry after a crash) is the answer: what the gate saw the first time."""
+    rows = env.store.calls.provenance_rows(call.session_id)
+    for row in rows:
+        if row.kind == EventKind.PROVENANCE and row.payload.get("key") == call.call_key \
+                and row.narrative == env.narrative:
+            return {**{k: v for k, v in row.payload.items() if k != "key"}, "seq": row.seq}
+    found = provenance.compute(rows, narrative=env.narrative, arguments=call.arguments,
+                               read_only=provenance.tool_read_only(tool, call.arguments, env.tools.get))
+    if not found.tainted:
+        return None
+    stored = found.as_dict()
+    writes = getattr(tool, "writes_path", None)
+    if writes and isinstance(call.arguments.get(writes), str):
+        stored["writes"] = call.arguments[writes]
+    seq = env.store.calls.record_provenance(call, stored, narrative=env.narrative)
+    return {**stored, "seq": seq}
+
+
+def result_label(env: RoundEnv, call: ToolCall, outcome: ToolOutcome) -> tuple[str, str, list[dict[str, Any]]]:
+    """An executed call's result label, its reason and the suspected instructions found in it."""
+    tool = env.tools.get(call.tool)
+    trust, reason = provenance.tool_trust(tool), ""
+    if trust == provenance.UNTRUSTED:
+        reason = f"{call.tool} is declared untrusted"
+    reads = getattr(tool, "reads_path", None)
+    if trust == provenance.TRUSTED and reads and isinstance(call.arguments.get(reads), str):
+        written = provenance.path_tainted(env.store.calls.provenance_rows(call.session_id), call.arguments[reads])
+        if written is not None:
+            trust, reason = provenance.UNTRUSTED, f"written in a tainted frame (provenance row {written})"
+    if outcome.subagent is not None and outcome.subagent.get("trust") == provenance.UNTRUSTED:
+        trust, reason = provenance.UNTRUSTED, "the sub-agent's frame was tainted"
+    if trust != provenance.UNTRUSTED or outcome.is_error:
+        return trust, reason, []
+    found = injection.scan(outcome.content, tool_names=env.tools.names())
+    return trust, reason, [finding.as_dict() for finding in found]
 
 
 def _settle(env: RoundEnv, call: ToolCall, outcome: ToolOutcome, result: RoundResult,
@@ -78,9 +119,12 @@ def _settle(env: RoundEnv, call: ToolCall, outcome: ToolOutcome, result: RoundRe
 
 
 def _record(env: RoundEnv, call: ToolCall, outcome: ToolOutcome, span: tracing.Span = _OFF) -> None:
+    trust, reason, suspects = result_label(env, call, outcome) if outcome.status == ToolCallStatus.COMPLETED \
+        else (provenance.TRUSTED, "", [])
     env.store.calls.record_result(call, status=outcome.status, content=outcome.content, is_error=outcome.is_error,
                                   truncated=outcome.truncated, principal=env.principal, narrative=env.narrative,
-                                  withheld=outcome.withheld, subagent=outcome.subagent)
+                                  withheld=outcome.withheld, subagent=outcome.subagent, trust=trust,
+                                  trust_reason=reason, suspects=suspects)
     if tracing.enabled:
         span.set({"skald.tool.outcome": outcome.status})
         if outcome.withheld:
@@ -140,7 +184,7 @@ def _prepare(
         if tracing.enabled:
             span.set({"skald.gate.verdict": "approved_by_human"})
     else:
-        request = gate_call(call)
+        request = gate_call(call, call_provenance(env, call, tool))
         verdict = env.gate.check(request, env.scope)
         if tracing.enabled:
             span.set(_verdict_attributes(verdict))

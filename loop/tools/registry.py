@@ -21,6 +21,10 @@ class FunctionTool:
     fn: Any = field(repr=False)
     concurrency_safe: bool = False
     restart_hint: str = RestartHint.RERUN
+    trust: str = "trusted"  # the label of its results (loop/provenance.py)
+    writes_path: str | None = None  # the argument naming the workspace file it writes
+    reads_path: str | None = None  # … or reads
+    read_only: bool | None = None  # for provenance's rules; None: ``concurrency_safe``
 
     def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
         return str(self.fn(arguments, context))

@@ -162,8 +162,22 @@ def describe(event: SessionEvent, *, agent: str, user: str, names: Mapping[str, 
                    else "the stored files changed since the command started")
             return _system(f"refused a stale write by {p.get('tool', '?')} to {paths}: {why}; nothing was applied",
                            "conflict", "outcome-error")
+        case EventKind.PROVENANCE | EventKind.INJECTION_SUSPECT:
+            return _provenance_line(kind, p)
         case _:
             assert_never(kind)
+
+
+def _provenance_line(kind: EventKind, p: Mapping[str, Any]) -> Description:
+    """Injection provenance (docs/provenance.md) on the timeline."""
+    if kind == EventKind.INJECTION_SUSPECT:
+        return _system(f"suspected injection in the result of {p.get('tool', '?')} ({p.get('kind', '?')}, score "
+                       f"{p.get('score', '?')}): {clip_to_line(str(p.get('excerpt', '')), SNIPPET)}",
+                       "suspect", "outcome-error")
+    sources = ", ".join(sorted({str(s.get("tool", "?")) for s in p.get("sources") or ()})) or "?"
+    marked = ", ".join(str(a.get("path", "?")) for a in p.get("arguments") or ())
+    return _system(f"{p.get('key', 'a call')} follows untrusted content from {sources}"
+                   + (f"; arguments from it: {marked}" if marked else ""), "tainted", "status status-pending")
 
 
 def _assistant(event: SessionEvent, p: Mapping[str, Any], agent: str) -> Description:

@@ -26,7 +26,8 @@ from django.db import transaction
 
 from audit.kinds import AuditKind
 from audit.services import audit_append
-from loop.driver import admit_exchange
+from loop import provenance
+from loop.driver import LoopEnv, admit_exchange
 from loop.errors import AdmissionRefused
 from loop.failpoints import failpoint
 from loop.masking import withhold_credentials
@@ -65,6 +66,15 @@ def result_text(job: ScheduledJob, run: JobRun) -> str:
             return head + f"was REFUSED before it ran: {run.error}. Do not send that text again."
         case _:
             return head + f"was cancelled ({run.error or 'stop requested'}); it did not finish."
+
+
+def run_trust(env: LoopEnv, run: JobRun) -> tuple[str, str]:
+    """An async run's result is untrusted when untrusted content entered its conversation
+    (injection provenance, docs/provenance.md): its delivered ``task_completed`` result says so."""
+    if run.session_id is not None and any(provenance.is_untrusted(row)
+                                          for row in env.store.calls.provenance_rows(run.session_id)):
+        return provenance.UNTRUSTED, "the async task read untrusted content"
+    return provenance.TRUSTED, ""
 
 
 def job_run_deliver(*, run_id: int) -> str:
@@ -112,10 +122,11 @@ def _deliver_task(run: JobRun) -> str:
             (call, _parsed), = env.store.exchanges.record_message_end(exchange=exchange, frame=frame, turn=0,
                                                                       assembled=turn, principal=env.principal,
                                                                       spent_tokens=0, journal=1)
+            trust, reason = run_trust(env, locked)
             env.store.calls.record_result(call, status=ToolCallStatus.COMPLETED, is_error=False, truncated=False,
                                           content=withhold_credentials(result_text(job, locked), what="task output",
                                                                        detector=env.detector),
-                                          principal=env.principal)
+                                          principal=env.principal, trust=trust, trust_reason=reason)
             locked.delivered_at, locked.delivery_exchange = clock.now(), exchange
             locked.save(update_fields=["delivered_at", "delivery_exchange"])
             audit_append(actor=TASKS_ACTOR, kind=AuditKind.JOB_DELIVERED, subject_type="job", subject_id=job.pk,

@@ -31,6 +31,8 @@ _TYPES: dict[str, str] = {
     "control:frame_opened": "frame.opened",
     "control:frame_closed": "frame.closed",
     "control:effect_refused": "effect.refused",  # a tool's stale effect, refused (skald.sessions.effects)
+    EventKind.PROVENANCE: "provenance",  # a call made in a tainted frame (loop/provenance.py)
+    EventKind.INJECTION_SUSPECT: "injection.suspect",  # a suspected instruction in an untrusted result
 }
 
 

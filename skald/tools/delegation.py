@@ -98,6 +98,15 @@ class DelegateTool:
     timeout: float | None = None
     trace_kind: ClassVar[str] = "subagent"  # what its execute_tool span says it is (skald.tracing)
 
+    def delegates_to(self, arguments: Mapping[str, Any]) -> tuple[str, ...]:
+        """The tools the child may use (injection provenance: a delegation is read-only when all of
+        them are, loop/provenance.tool_read_only). Raises ToolError for an unknown agent."""
+        agent = _task_agent(str(arguments.get("agent", "")))
+        requested = arguments.get("tools")
+        if isinstance(requested, list):
+            return tuple(name for name in agent.tools if name in requested)
+        return tuple(agent.tools)
+
     def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str | DelegateReturn:
         mode, task = str(arguments.get("mode") or "sync"), str(arguments["task"])
         if self.name == "execute_task":

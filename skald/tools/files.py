@@ -39,6 +39,7 @@ READ_FILE = FunctionTool(
     parameters={"type": "object", "properties": {"path": PATH}, "required": ["path"], "additionalProperties": False},
     fn=_read,
     concurrency_safe=True,
+    reads_path="path",  # a file written in a tainted frame is untrusted when read back (loop/provenance.py)
 )
 
 WRITE_FILE = FunctionTool(
@@ -52,4 +53,5 @@ WRITE_FILE = FunctionTool(
     },
     fn=_write,
     restart_hint=RestartHint.RERUN,
+    writes_path="path",
 )

@@ -25,4 +25,5 @@ ASK_HUMAN = FunctionTool(
         "additionalProperties": False,
     },
     fn=_ask,
+    read_only=True,  # a handoff a human reads, not an action (loop/provenance.py)
 )

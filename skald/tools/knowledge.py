@@ -75,4 +75,5 @@ READ_LOGS = FunctionTool(
     },
     fn=_read_logs,
     concurrency_safe=True,
+    trust="untrusted",  # logs carry user data (issue 30, docs/provenance.md)
 )

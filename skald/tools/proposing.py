@@ -30,4 +30,5 @@ PROPOSE_KNOWLEDGE = FunctionTool(
         "additionalProperties": False,
     },
     fn=_propose,
+    read_only=True,  # nothing changes until a reviewer accepts it (loop/provenance.py)
 )

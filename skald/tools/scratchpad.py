@@ -49,4 +49,5 @@ SCRATCHPAD_SET = FunctionTool(
         "additionalProperties": False,
     },
     fn=_set,
+    read_only=True,  # the session's own notes, no effect outside it (loop/provenance.py)
 )

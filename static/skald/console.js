@@ -68,6 +68,30 @@
     if (actions) actions.remove();
   }
 
+  // Injection provenance (issue 30, docs/provenance.md): "follows untrusted content", the source
+  // (tool, server, event), the suspect spans and each argument taken from untrusted content.
+  function provenanceBanner(prov) {
+    const box = el("div", "provenance", "");
+    box.appendChild(el("strong", "", "Follows untrusted content."));
+    for (const s of prov.sources || []) {
+      const when = s.at ? `, ${new Date(s.at).toLocaleString()}` : "";
+      const line = el("div", "source", `From ${s.tool}${s.server ? ` (MCP server ${s.server})` : ""}${when}, event #${s.seq}.`);
+      line.dataset.seq = s.seq;
+      for (const f of s.suspects || []) {
+        const m = el("div", "suspect", `Suspected injection (${f.kind}, score ${f.score}): `);
+        m.appendChild(el("mark", "", f.excerpt || ""));
+        line.appendChild(m);
+      }
+      box.appendChild(line);
+    }
+    for (const a of prov.arguments || []) {
+      const line = el("div", "argument", `⚠ argument ${a.path} = ${a.value} came from ${a.tool} (event #${a.seq}, ${a.how})${a.suspect ? ", a result with a suspected injection" : ""}`);
+      line.dataset.path = a.path;
+      box.appendChild(line);
+    }
+    return box;
+  }
+
   function approvalCard(event) {
     const p = event.payload, card = el("div", "card waiting");
     card.dataset.requestId = p.request_id || "";
@@ -75,16 +99,25 @@
     if (p.handoff) card.dataset.handoff = "1";
     card.appendChild(el("h4", "", `Approval needed: ${p.tool || p.name} (${p.key})`));
     if (p.handoff) card.appendChild(el("div", "", `Question for a human: ${p.question}`));
-    else card.appendChild(diff(p.preview));
+    else {
+      if (p.provenance && p.provenance.tainted) card.appendChild(provenanceBanner(p.provenance));
+      card.appendChild(diff(p.preview));
+    }
     if (canResolve && p.request_id && p.requested_by_id === myId) {  // say it before anyone decides
       card.appendChild(el("div", "own", fourEyes
         ? "You started this session: another approver must decide (four eyes)."
         : "You started this session: you are deciding on your own agent's call (four eyes is off)."));
     }
     if (canResolve && p.request_id) {
-      const actions = el("div", "actions"), reason = el("input");
+      const actions = el("div", "actions"), reason = el("input"), ack = el("input");
       reason.placeholder = "reason (required to reject)";
       actions.appendChild(reason);
+      ack.type = "checkbox";
+      if (p.provenance && p.provenance.acknowledge_required) {  // the server refuses an approval without it
+        const label = el("label", "acknowledge", " I have read the provenance");
+        label.prepend(ack);
+        actions.appendChild(label);
+      }
       for (const decision of ["approve", "reject"]) {
         const b = el("button", decision, decision === "approve" ? "Approve" : "Reject");
         b.onclick = () => {
@@ -96,7 +129,8 @@
           }
           if (!socket || socket.readyState !== WebSocket.OPEN) { card.querySelector(".error").textContent = "Not connected; retrying…"; return; }
           actions.querySelectorAll("button").forEach((x) => { x.disabled = true; });
-          socket.send(JSON.stringify({type: "approval.resolve", request_id: p.request_id, decision, reason: reason.value}));
+          socket.send(JSON.stringify({type: "approval.resolve", request_id: p.request_id, decision, reason: reason.value,
+                                      provenance_acknowledged: ack.checked}));
         };
         actions.appendChild(b);
       }

@@ -41,7 +41,8 @@ def test_explain_names_the_rule_that_decided_and_lists_every_rule_considered(api
     }
     assert body["rule_set"] == "global"
     assert len(body["trace"]) == DEFAULT_RULE_COUNT
-    results = {entry["rule"]["tool_pattern"]: (entry["result"], entry["chosen"]) for entry in body["trace"]}
+    results = {entry["rule"]["tool_pattern"]: (entry["result"], entry["chosen"]) for entry in body["trace"]
+               if not any(path.startswith("$provenance.") for path in entry["rule"]["arg_matchers"])}
     assert results["read_file"] == ("match", True)
     assert results["*"] == ("match", False)
     assert results["write_file"] == ("no_match", False)
@@ -68,7 +69,7 @@ def test_with_no_rules_at_all_every_call_is_denied(api, alice, troubleshooter):
     for tool in ("read_file", "write_file", "ask_human", "unknown_tool"):
         body = explain(api(alice), tool, {}, user="alice", agent="troubleshooter").json()
         assert body == {"decision": "deny", "rule": None, "rule_set": None, "reason": "no matching rule",
-                        "trace": []}
+                        "provenance_fired": [], "trace": []}
 
 
 def test_empty_or_absent_args_mean_no_arguments(api, alice):
@@ -154,7 +155,7 @@ def test_the_schema_documents_both_operations_and_their_errors(client):
     explain_op = schema["paths"]["/api/approval/explain"]["get"]
     assert explain_op["operationId"] == "approval_explain"
     assert {"200", "400", "401", "403"} <= set(explain_op["responses"])  # plus the request guard's
-    assert {p["name"] for p in explain_op["parameters"]} == {"tool", "args", "user", "agent"}
+    assert {p["name"] for p in explain_op["parameters"]} == {"tool", "args", "user", "agent", "provenance"}
     body = schema["components"]["schemas"]["ApprovalExplain"]
     assert {"decision", "rule", "trace"} <= set(body["properties"])
     tools_op = schema["paths"]["/api/approval/tools"]["get"]

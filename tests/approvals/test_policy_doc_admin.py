@@ -92,7 +92,7 @@ def test_the_delete_page_says_what_removing_the_rule_would_have_changed(client, 
     # Without the rule the catch-all '*' (require) decides the write: the same verdict, nothing changes.
     assert page.context["rule_impact_state"] == "same"
     assert "0 of 1 recorded calls in the last 7 days would be decided differently." in page.content.decode()
-    catch_all = ApprovalRule.objects.get(tool_pattern="*", group__isnull=True)
+    catch_all = ApprovalRule.objects.get(tool_pattern="*", group__isnull=True, arg_matchers={})
     assert client.post(f"{RULES}{rule.pk}/delete/", {"post": "yes"}).status_code == 302
     page = client.get(f"{RULES}{catch_all.pk}/delete/")
     # With no rule left the gate fails closed: the write would have been denied.

@@ -15,6 +15,7 @@ from approvals.rules.seed import (
     DEFAULT_RULE_COUNT,
     DEFAULT_RULES,
     MCP_DEFAULT_RULES,
+    PROVENANCE_DEFAULT_RULES,
     default_rules_ensure,
 )
 from approvals.rules.selectors import INTERFACE_TOOLS, rule_sets_for, tools_catalog
@@ -45,13 +46,19 @@ def group(name: str, *, users=(), agents=(), rules=()) -> SecurityGroup:
 def test_the_migration_seeds_the_default_rules_and_keeps_a_frozen_copy_of_them():
     migration = importlib.import_module("approvals.migrations.0002_default_rules")
     assert [tuple(rule) for rule in migration.DEFAULT_RULES] == list(DEFAULT_RULES)
-    seeded = ApprovalRule.objects.filter(group=None).exclude(tool_pattern="mcp__*").order_by("id")
+    seeded = (ApprovalRule.objects.filter(group=None).exclude(tool_pattern="mcp__*")
+              .exclude(note__in=[note for *_rest, note in PROVENANCE_DEFAULT_RULES]).order_by("id"))
     assert [(r.tool_pattern, r.action, r.priority, r.note) for r in seeded] == list(DEFAULT_RULES)
     mcp = importlib.import_module("approvals.migrations.0005_mcp_default_rules")
     assert [tuple(rule) for rule in mcp.MCP_DEFAULT_RULES] == list(MCP_DEFAULT_RULES)
     added = ApprovalRule.objects.filter(group=None, tool_pattern="mcp__*").order_by("id")
     assert [(r.tool_pattern, r.arg_matchers, r.action, r.priority, r.note) for r in added] == list(MCP_DEFAULT_RULES)
     assert seeded.get(tool_pattern="*").priority == CATCH_ALL_PRIORITY == 999_999
+    provenance = importlib.import_module("approvals.migrations.0008_provenance_default_rules")
+    assert [tuple(rule) for rule in provenance.PROVENANCE_DEFAULT_RULES] == list(PROVENANCE_DEFAULT_RULES)
+    added = ApprovalRule.objects.filter(group=None, note__in=[note for *_rest, note in PROVENANCE_DEFAULT_RULES])
+    assert [(r.tool_pattern, r.arg_matchers, r.action, r.priority, r.note) for r in added.order_by("id")] == list(
+        PROVENANCE_DEFAULT_RULES)
 
 
 def test_defaults_are_recreated_only_when_the_table_is_empty():
@@ -86,11 +93,15 @@ def test_the_scope_selects_global_rules_and_every_group_of_the_user_or_agent(ali
     group("mid", users=[alice])  # no rules: an empty set
     group("other", users=[bob], rules=[("*", "allow", 1, {})])
     sets = rule_sets_for(user_id=alice.pk, agent="helper")
-    assert [s.name for s in sets] == ["global", "group:alpha", "group:mid", "group:zeta"]
-    assert len(sets[0].rules) == DEFAULT_RULE_COUNT
-    assert [s.name for s in rule_sets_for(user_id=alice.pk, agent=None)] == ["global", "group:mid", "group:zeta"]
-    assert [s.name for s in rule_sets_for(user_id=None, agent="helper")] == ["global", "group:alpha", "group:zeta"]
-    assert [s.name for s in rule_sets_for(user_id=None, agent=None)] == ["global"]
+    # the global rules that read $provenance facts come last, as their own set (they only tighten)
+    assert [s.name for s in sets] == ["global", "group:alpha", "group:mid", "group:zeta", "global:provenance"]
+    assert len(sets[0].rules) + len(sets[-1].rules) == DEFAULT_RULE_COUNT
+    assert len(sets[-1].rules) == len(PROVENANCE_DEFAULT_RULES)
+    assert [s.name for s in rule_sets_for(user_id=alice.pk, agent=None)] == ["global", "group:mid", "group:zeta",
+                                                                             "global:provenance"]
+    assert [s.name for s in rule_sets_for(user_id=None, agent="helper")] == ["global", "group:alpha", "group:zeta",
+                                                                             "global:provenance"]
+    assert [s.name for s in rule_sets_for(user_id=None, agent=None)] == ["global", "global:provenance"]
     alpha_rule = sets[1].rules[0]
     assert (alpha_rule.group_name, alpha_rule.tool_pattern, alpha_rule.arg_matchers) == (
         "alpha", "execute_*", {"argv.0": "rm"})
@@ -102,7 +113,7 @@ def test_rule_sets_are_read_in_two_queries_however_many_groups(alice, django_ass
         group(f"g{i:02}", users=[alice], rules=[("*", "allow", j, {}) for j in range(3)])
     with django_assert_num_queries(2):
         sets = rule_sets_for(user_id=alice.pk, agent="troubleshooter")
-    assert len(sets) == 13 and sum(len(s.rules) for s in sets) == DEFAULT_RULE_COUNT + 36
+    assert len(sets) == 14 and sum(len(s.rules) for s in sets) == DEFAULT_RULE_COUNT + 36
 
 
 @pytest.mark.db_sensitive

@@ -213,6 +213,13 @@ def test_each_role_gets_the_controls_it_may_use_and_sees_who_a_session_waits_for
     admin.open("/console/")
     admin.click("//ul[@id='sessions']/li[span[text()='approval waiting']]")
     admin.wait_text("#events .card", "Approval needed: write_file")
+    # Injection provenance (issue 30): the log analyst read the case's logs (untrusted), so the write
+    # follows untrusted content; the banner names the source and sits above the arguments.
+    admin.wait_text("#events .card .provenance", "Follows untrusted content.", what="the provenance banner")
+    assert "From execute_task" in admin.text("#events .card .provenance")
+    order = admin.driver.execute_script(
+        "return [...document.querySelector('#events .card').children].map((c) => c.tagName + '.' + c.className)")
+    assert order.index("DIV.provenance") < order.index("PRE.")
     assert admin.text("#not-yours") == ("You can read this session; only the user who started it sends "
                                         "messages to it.")
     assert not shown(admin, "#message") and not shown(admin, "#composer button[type=submit]")

@@ -25,7 +25,8 @@ from loop.models import SessionEvent
 # 44 and 30, then 40 and 26). Lease fencing (issue 10) checks the claim in the statement that locks
 # the session row; admission inserts without looking for a clash first (the constraints refuse one);
 # on PostgreSQL the audit rows' INSERT takes the chain lock and links the rows on the server.
-STATEMENTS = {"sqlite": 40, "postgresql": 22}
+# Injection provenance (issue 30) reads the session's labelled rows once before the gate (+1).
+STATEMENTS = {"sqlite": 41, "postgresql": 23}
 COMMITS = 4  # admission + claim, message end + intent, the result, the last turn + settlement
 
 

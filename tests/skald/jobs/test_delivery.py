@@ -5,6 +5,7 @@ and a busy parent defers it, never loses it."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import time_machine
@@ -170,3 +171,24 @@ def test_a_run_whose_worker_died_before_it_began_ends_failed_and_is_delivered(co
     assert run.status == "failed" and "worker was lost" in run.error
     (call,) = delivered(conversation)
     assert "FAILED" in call.result
+
+
+
+def test_an_async_runs_result_is_untrusted_when_untrusted_content_entered_its_conversation(conversation, alice):
+    """Injection provenance (issue 30): the task's own conversation read untrusted content, so its
+    delivered ``task_completed`` result taints the parent (docs/provenance.md)."""
+    from types import SimpleNamespace
+
+    from skald.jobs.delivery import run_trust
+    from skald.sessions.services import session_create
+
+    env = build_env(conversation)
+    task_session = session_create(user=alice, agent="log-analyst", title="async task")
+    run: Any = SimpleNamespace(session_id=task_session.pk)
+    assert run_trust(env, run) == ("trusted", "")
+    env.store.append_event(session_id=task_session.pk, kind="tool_result", key="untrusted-logs",
+                           principal="system:test",
+                           payload={"key": "e1:t1:c0", "name": "read_logs", "content": "log lines", "is_error": False,
+                                    "status": "completed", "truncated": False, "trust": "untrusted"})
+    assert run_trust(env, run) == ("untrusted", "the async task read untrusted content")
+    assert run_trust(env, SimpleNamespace(session_id=None)) == ("trusted", "")
