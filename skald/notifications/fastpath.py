@@ -29,7 +29,7 @@ _pool_pid = 0
 
 def send_soon(delivery_id: int) -> None:
     """Attempt ``delivery_id`` now, off the caller's thread (call it once the row has committed)."""
-    if settings.SKALD_SYNC_TASKS:  # the queued task already ran inline at the commit
+    if settings.SKALD_SYNC_TASKS or not settings.SKALD_NOTIFY_SEND_AT_COMMIT:  # inline already, or switched off
         return
     _executor().submit(_send, delivery_id)
 

@@ -15,6 +15,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
 
 def test_racing_workers_send_a_due_delivery_once(hook, receiver, event, settings):
     settings.SKALD_SYNC_TASKS = False  # the workers below are the only senders
+    settings.SKALD_NOTIFY_SEND_AT_COMMIT = False
     (delivery,) = notification_record(event=event())
     results = race(4, lambda i: send.delivery_send(delivery.pk))
     assert sorted(results) == ["not due", "not due", "not due", "sent"]
