@@ -34,7 +34,7 @@ from loop.ports import Tool, ToolContext
 from loop.tools.hints import RestartHint
 from loop.tools.infra import ToolOutcomeUnknown
 from skald.mcp import metrics, tools_cache
-from skald.mcp.calls import CallResult, McpCallError, McpUnavailable
+from skald.mcp.calls import CallResult, Elicit, ElicitAnswer, ElicitRequest, McpCallError, McpUnavailable
 from skald.mcp.config import McpConfigError
 from skald.mcp.definitions import hints, offered_name
 
@@ -65,6 +65,7 @@ class McpToolProxy:
 
     def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
         from skald.mcp.models import McpServer, McpTool, McpToolStatus
+        from skald.mcp.sampling import sampler
         from skald.mcp.services import mcp_server_refresh, mcp_server_status_record, pool, server_spec
 
         row = McpTool.objects.select_related("server").filter(server__name=self.server, name=self.tool).first()
@@ -97,7 +98,9 @@ class McpToolProxy:
         try:
             try:
                 result = pool().call(spec, self.tool, arguments, cancel=context.cancel, timeout=timeout,
-                                     on_progress=self._reporter(context))
+                                     on_progress=self._reporter(context), elicit=self._elicitor(context),
+                                     sample=sampler(server=self.server, allowed=server.allow_sampling,
+                                                    tool=self.name, context=context))
             except McpUnavailable as exc:
                 mcp_server_status_record(server=server, error=exc.detail)
                 if self.restart_hint != RestartHint.RERUN:
@@ -106,7 +109,9 @@ class McpToolProxy:
                 # Safe to repeat: once more, on the connection the pool opens afresh (a second failure is
                 # the infrastructure's).
                 result = pool().call(spec, self.tool, arguments, cancel=context.cancel, timeout=timeout,
-                                     on_progress=self._reporter(context))
+                                     on_progress=self._reporter(context), elicit=self._elicitor(context),
+                                     sample=sampler(server=self.server, allowed=server.allow_sampling,
+                                                    tool=self.name, context=context))
                 mcp_server_status_record(server=server, error="")
         except McpUnavailable as exc:
             mcp_server_status_record(server=server, error=exc.detail)
@@ -122,6 +127,16 @@ class McpToolProxy:
             raise ToolError(text or "the tool reported an error", code="mcp_tool_error")
         return text
 
+    def _elicitor(self, context: ToolContext) -> Elicit:
+        """A server's ``elicitation/create`` during this call: a card for the session's owner, awaited
+        on the pool's event loop (:mod:`skald.mcp.elicitation`)."""
+        from skald.mcp.elicitation import elicit
+
+        async def ask(request: ElicitRequest) -> ElicitAnswer:
+            return await elicit(server=self.server, tool=self.name, scope=context.scope, call_id=context.call_id,
+                                request=request)
+
+        return ask
 
     def _reporter(self, context: ToolContext) -> Callable[[float, float | None, str | None], None]:
         """``notifications/progress`` → a live ``tool.progress`` delta to the session's viewers (the
