@@ -41,7 +41,7 @@ class Background:
     def _run(self, ask: Callable[[str], Exchange], content: str) -> None:
         try:
             self.result.append(ask(content))
-        except BaseException as exc:  # noqa: BLE001 - reported by exchange()
+        except BaseException as exc:
             self.result.append(exc)
         finally:
             connection.close()
