@@ -19,10 +19,11 @@ from rest_framework.views import APIView
 from audit.actors import Actor
 from skald.core.api.errors_schema import error_responses
 from skald.core.api.permissions import AdminRequired, caller
+from skald.core.api.schema import MAX_ID
 from skald.core.api.strict_input import StrictInput
 from skald.core.errors import NotFound
 from skald.mcp.definitions import definition_diff, offered_name
-from skald.mcp.elicitation import ACTIONS, elicitation_view, mcp_elicitation_answer
+from skald.mcp.elicitation import ACTIONS, elicitation_view, elicitations_pending_for, mcp_elicitation_answer
 from skald.mcp.models import (
     McpElicitationStatus,
     McpServer,
@@ -221,6 +222,24 @@ class ElicitationView(serializers.Serializer):
     answered_at = serializers.DateTimeField(allow_null=True)
 
 
+class ElicitationQuery(serializers.Serializer):
+    session = serializers.IntegerField(min_value=0, max_value=MAX_ID, help_text="The session's id.")
+
+
+class ElicitationList(APIView):
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(operation_id="mcp_elicitation_list", summary="A session's pending MCP elicitations",
+                   description="For the session's owner or an admin; anyone else gets an empty list.",
+                   parameters=[ElicitationQuery],
+                   responses={200: ElicitationView(many=True), **error_responses(_400="invalid")})
+    def get(self, request: Request) -> Response:
+        query = ElicitationQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        rows = elicitations_pending_for(user=caller(request), session_id=query.validated_data["session"])
+        return Response([elicitation_view(row) for row in rows])
+
+
 class ElicitationAnswerView(APIView):
     permission_classes = [IsAuthenticated]
 
@@ -240,4 +259,4 @@ class ElicitationAnswerView(APIView):
         return Response(elicitation_view(row))
 
 
-__all__ = ["ElicitationAnswerView", "ServerDetail", "ServerList", "ServerTools"]
+__all__ = ["ElicitationAnswerView", "ElicitationList", "ServerDetail", "ServerList", "ServerTools"]

@@ -17,6 +17,7 @@ urlpatterns = [
     path("mcp/servers/", mcp.ServerList.as_view(), name="mcp-servers"),
     path("mcp/servers/<slug:name>/", mcp.ServerDetail.as_view(), name="mcp-server"),
     path("mcp/servers/<slug:name>/tools/", mcp.ServerTools.as_view(), name="mcp-server-tools"),
+    path("mcp/elicitations/", mcp.ElicitationList.as_view(), name="mcp-elicitations"),
     path("mcp/elicitations/<int:elicitation_id>/answer", mcp.ElicitationAnswerView.as_view(),
          name="mcp-elicitation-answer"),
     path("notifications/subscriptions/", notifications.SubscriptionList.as_view(), name="notification-subscriptions"),

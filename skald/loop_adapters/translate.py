@@ -47,7 +47,8 @@ def translate_event(event: SessionEvent) -> dict[str, Any]:
     }
 
 
-LIVE_TYPES = frozenset({"tool.progress"})  # live deltas other than the reply's text (an MCP call's progress)
+# Live deltas other than the reply's text: an MCP call's progress, an MCP server's elicitation card.
+LIVE_TYPES = frozenset({"tool.progress", "mcp.elicitation"})
 
 
 def translate_delta(payload: Mapping[str, Any]) -> dict[str, Any]:

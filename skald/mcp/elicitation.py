@@ -57,9 +57,20 @@ def elicitation_view(row: McpElicitation) -> dict[str, Any]:
 
 
 def _announce(row: McpElicitation) -> None:
+    """The card, live to the session's viewers (the console shows the answer form to its owner)."""
     from skald.loop_adapters.bus import ChannelsBus
 
-    ChannelsBus().delta(row.session_id, {"type": "mcp.elicitation", **elicitation_view(row)})
+    owner = Session.objects.filter(pk=row.session_id).values_list("owner_id", flat=True).first()
+    ChannelsBus().delta(row.session_id, {"type": "mcp.elicitation", **elicitation_view(row), "owner": owner})
+
+
+def elicitations_pending_for(*, user: Any, session_id: int) -> list[McpElicitation]:
+    """The session's pending cards, for its owner or an admin (anyone else: none)."""
+    session = Session.objects.filter(pk=session_id).only("owner_id").first()
+    if session is None or not (getattr(user, "is_superuser", False) or session.owner_id == user.pk):
+        return []
+    return list(McpElicitation.objects.filter(session_id=session_id, status=McpElicitationStatus.PENDING)
+                .order_by("created_at"))
 
 
 def _settled(row: McpElicitation) -> None:
