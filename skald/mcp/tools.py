@@ -140,17 +140,41 @@ class McpToolProxy:
 
     def _reporter(self, context: ToolContext) -> Callable[[float, float | None, str | None], None]:
         """``notifications/progress`` → a live ``tool.progress`` delta to the session's viewers (the
-        console's status line; never durable)."""
+        console's status line; never durable). A call inside an async task also tells the task's
+        parent conversation (``task.progress``: its task strip), looked up at the first report."""
         from skald.loop_adapters.bus import ChannelsBus
 
         bus, scope = ChannelsBus(), context.scope
+        task: list[tuple[int, int] | None] = []
 
         def report(progress: float, total: float | None, message: str | None) -> None:
+            said = {"tool": self.name, "progress": progress, "total": total, "message": (message or "")[:200]}
             bus.delta(scope.session_id, {"type": "tool.progress", "exchange": scope.exchange_id,
-                                         "call": context.call_id, "tool": self.name, "progress": progress,
-                                         "total": total, "message": (message or "")[:200]})
+                                         "call": context.call_id, **said})
+            if not task:
+                task.append(task_of(scope.session_id))
+            if task[0] is not None:
+                job, parent = task[0]
+                bus.delta(parent, {"type": "task.progress", "job": job, **said})
 
         return report
+
+
+def task_of(session_id: int) -> tuple[int, int] | None:
+    """``(job id, parent session id)`` when ``session_id`` is an async task's own conversation.
+    Called on a helper thread of the pool's: its database connection is closed after (a caller
+    inside a transaction keeps its own)."""
+    from django.db import connection
+
+    from skald.jobs.models import JobKind, ScheduledJob
+
+    try:
+        row = (ScheduledJob.objects.filter(child_session_id=session_id, kind=JobKind.TASK)
+               .values_list("pk", "parent_session_id").first())
+    finally:
+        if not connection.in_atomic_block:
+            connection.close()
+    return (row[0], row[1]) if row is not None and row[1] is not None else None
 
 
 def result_text(result: CallResult) -> str:

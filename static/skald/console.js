@@ -247,6 +247,7 @@
       return;
     }
     if (event.type === "mcp.elicitation") { elicitationShown(event); return; }
+    if (event.type === "task.progress") { const text = strip.progress(event); if (text) say(text); return; }
     if (event.type === "tool.progress") {  // an MCP call's notifications/progress: the status line only
       if (ended.has(event.exchange)) return;
       const of = event.total ? ` of ${event.total}` : "";
