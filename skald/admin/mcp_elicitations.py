@@ -50,7 +50,7 @@ class McpElicitationAdmin(_SuperusersOnly, admin.ModelAdmin):
     readonly_fields = ["server", "tool", "session", "exchange_id", "tool_call_id", "message", "schema", "status",
                        "answer", "answered_by", "created_at", "expires_at", "answered_at"]
 
-    def get_fields(self, request: HttpRequest, obj: McpElicitation | None = None) -> list[str]:
+    def get_fields(self, request: HttpRequest, obj: McpElicitation | None = None) -> Any:
         fields = list(self.readonly_fields)
         if obj is not None and obj.status == McpElicitationStatus.PENDING:
             fields += ["action", "content"]

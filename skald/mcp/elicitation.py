@@ -208,8 +208,12 @@ async def elicit(*, server: str, tool: str, scope: TurnScope, call_id: int, requ
     row = await loop.run_in_executor(None, lambda: _own_connection(
         mcp_elicitation_open, server=server, tool=tool, scope=scope, call_id=call_id, request=request))
     woken = asyncio.Event()
+
+    def wake() -> None:
+        loop.call_soon_threadsafe(woken.set)
+
     with _wakers_lock:
-        _wakers[row.pk] = lambda: loop.call_soon_threadsafe(woken.set)
+        _wakers[row.pk] = wake
     try:
         while True:
             woken.clear()
