@@ -47,11 +47,12 @@ class ServerSpec:
     headers: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None
     address: str = ""  # http: the address the SSRF screen passed; the connection goes there only
+    sandbox: Any = None  # stdio: a loop.tools.sandbox.Bubblewrap the program starts in (None: unconfined)
 
     @property
     def fingerprint(self) -> tuple[Any, ...]:
         return (self.transport, self.argv, self.url, tuple(sorted(self.env.items())),
-                tuple(sorted(self.headers.items())), self.cwd, self.address)
+                tuple(sorted(self.headers.items())), self.cwd, self.address, self.sandbox)
 
 
 Progress = Callable[[float, float | None, str | None], None]

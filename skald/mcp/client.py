@@ -111,8 +111,11 @@ async def _stdio(spec: ServerSpec, handle: _Process) -> AsyncIterator[tuple[Any,
     """Start the server in a process group of its own (so a kill reaches its children) and carry
     newline-delimited JSON-RPC, as the SDK's ``stdio_client`` does; kept here because the pool
     must know the process to kill its group and to see it die."""
-    process = await anyio.open_process(list(spec.argv), env=dict(spec.env), cwd=spec.cwd, start_new_session=True,
-                                       stderr=subprocess.DEVNULL)
+    argv, env, cwd = list(spec.argv), dict(spec.env), spec.cwd
+    if spec.sandbox is not None:  # bubblewrap (skald/mcp/sandbox.py); it dies with its parent, the group's leader
+        launch = spec.sandbox.launch(argv[0], argv, workspace=cwd, env=env)
+        argv, env, cwd = launch.args, launch.env, launch.cwd
+    process = await anyio.open_process(argv, env=env, cwd=cwd, start_new_session=True, stderr=subprocess.DEVNULL)
     handle.pid, handle.process = process.pid, process
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)

@@ -198,7 +198,10 @@ def server_spec(server: McpServer) -> ServerSpec:
 
         env = {k: v for k, v in hermetic_env().items() if k in DEFAULT_INHERITED_ENV_VARS}
         env.update(config.read_secrets(server.secret_env))
-        return ServerSpec(name=server.name, transport="stdio", argv=tuple(server.argv), env=env, cwd=str(root))
+        from skald.mcp.sandbox import stdio_confinement
+
+        return ServerSpec(name=server.name, transport="stdio", argv=tuple(server.argv), env=env, cwd=str(root),
+                          sandbox=stdio_confinement(server.argv))
     screened = config.screen_url(server.url)
     return ServerSpec(name=server.name, transport="http", url=server.url, address=screened.address,
                       headers=config.read_secrets(server.secret_headers))

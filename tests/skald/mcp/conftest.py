@@ -74,6 +74,9 @@ def secret_files(tmp_path: Path, state: Path) -> dict[str, Path]:
 @pytest.fixture
 def mcp_setup(settings: Any, state: Path) -> None:
     settings.SKALD_MCP_STDIO_ALLOWLIST = (sys.executable,)
+    # The test server keeps its counters in the module's state directory, outside any sandbox (the
+    # confinement's own test: test_mcp_sandbox.py).
+    settings.SKALD_MCP_STDIO_SANDBOX = "off"
     # the module's (a stdio server's directory is part of its connection's spec: one process per module)
     settings.SKALD_WORKSPACE_ROOT = state.parent / f"{state.name}-workspaces"
     settings.SKALD_SYNC_TASKS = True

@@ -64,6 +64,13 @@ def build(state: Path, variant: str = "") -> MCPServer:
             await ctx.report_progress(step, 3, f"step {step}")
         return "counted"
 
+    @server.tool(description="Reads a file (what the server can see).", annotations=READ_ONLY)
+    def peek(path: str) -> str:
+        try:
+            return f"read: {Path(path).read_text()[:200]}"
+        except OSError as exc:
+            return f"cannot read {path}: {type(exc).__name__}"
+
     @server.tool(description="Asks the user where to deploy (elicitation).", annotations=READ_ONLY)
     async def ask(ctx: Context) -> str:
         answer = await ctx.elicit("Where should I deploy?", schema=Deploy)
