@@ -1,5 +1,6 @@
-"""``/api/policy/agents/``: each agent's governance settings over REST (issue 32), admins only, with
-ETag / If-Match. Read and change only: agents are created and deleted in the admin."""
+"""``/api/policy/agents/``: each agent's governance settings over REST (issue 32) — tools, bounds and
+default budget, exec allow-list, MCP servers — admins only, with ETag / If-Match. Read and change
+only: agents are created and deleted in the admin."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from rest_framework.views import APIView
 from approvals.agents import conditional
 from approvals.policy_api_schema import ETAG_HEADER, IF_MATCH, admin_errors
 from audit.actors import Actor
-from skald.core.api.conditional import if_match_require
+from skald.core.api.conditional import etag_of, if_match_require
 from skald.core.api.permissions import AdminRequired, caller
 from skald.core.api.strict_input import StrictInput
+from skald.mcp.models import McpServer
 from skald.models import Agent
 
 MAX_BOUND = 2**31 - 1
@@ -47,6 +49,9 @@ class AgentPolicyInput(StrictInput):
     exec_allowlist = serializers.ListField(child=serializers.CharField(max_length=200), max_length=500,
                                            required=False, allow_null=True,
                                            help_text="Programs it may run as a child; null: its parent's.")
+    mcp_servers = serializers.ListField(
+        child=serializers.SlugField(max_length=40), max_length=500, required=False,
+        help_text="The MCP servers whose tools it gets (replaces the set; each server's own agent list changes).")
 
 
 class PolicyAgent(serializers.Serializer):
@@ -56,11 +61,14 @@ class PolicyAgent(serializers.Serializer):
     bounds = serializers.DictField(help_text="Its overrides of the loop bounds as stored (`budget_tokens`: its "
                                              "default budget).")
     exec_allowlist = serializers.ListField(child=serializers.CharField(), allow_null=True)
+    mcp_servers = serializers.ListField(child=serializers.CharField(),
+                                        help_text="The MCP servers whose tools it gets (by name or '*').")
     etag = serializers.CharField(help_text="The ETag header's value.")
 
 
-def _body(agent: Agent) -> dict[str, Any]:
-    return {**conditional.agent_view(agent), "etag": conditional.agent_etag(agent)}
+def _body(agent: Agent, servers: list[McpServer] | None = None) -> dict[str, Any]:
+    view = conditional.agent_view(agent, servers)
+    return {**view, "etag": etag_of(view)}
 
 
 class AgentPolicyList(APIView):
@@ -69,7 +77,8 @@ class AgentPolicyList(APIView):
     @extend_schema(operation_id="policy_agent_list", summary="List agents' governance settings",
                    responses={200: PolicyAgent(many=True), **admin_errors()})
     def get(self, request: Request) -> Response:
-        return Response([_body(agent) for agent in Agent.objects.order_by("name")])
+        servers = list(McpServer.objects.order_by("name"))  # read once for every agent
+        return Response([_body(agent, servers) for agent in Agent.objects.order_by("name")])
 
 
 class AgentPolicyDetail(APIView):
@@ -81,12 +90,16 @@ class AgentPolicyDetail(APIView):
         body = _body(conditional.agent_get(agent_id))
         return Response(body, headers={"ETag": body["etag"]})
 
-    @extend_schema(operation_id="policy_agent_update", summary="Change an agent's tools, bounds or budget (If-Match)",
-                   description="Through the admin's service (`agent_save`: the bounds check and the "
-                               "`skald.agent.changed` audit row). Each field given replaces the setting.",
+    @extend_schema(operation_id="policy_agent_update",
+                   summary="Change an agent's tools, bounds, budget or MCP servers (If-Match)",
+                   description="Through the admin's services (`agent_save`: the bounds check and the "
+                               "`skald.agent.changed` audit row; `mcp_server_update` for each server whose "
+                               "agent list changes). Each field given replaces the setting. A server that "
+                               "serves every agent (`*`) cannot leave one out: 409.",
                    request=AgentPolicyInput, parameters=[IF_MATCH, ETAG_HEADER],
-                   responses={200: PolicyAgent, **admin_errors(_400=("invalid", "bounds_invalid"),
-                                                                _404="agent_not_found", conditional=True)})
+                   responses={200: PolicyAgent, **admin_errors(
+                       _400=("invalid", "bounds_invalid"), _404=("agent_not_found", "mcp_server_not_found"),
+                       _409="mcp_server_serves_every_agent", conditional=True)})
     def patch(self, request: Request, agent_id: int) -> Response:
         parsed = AgentPolicyInput(data=request.data)
         parsed.is_valid(raise_exception=True)

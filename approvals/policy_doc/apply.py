@@ -2,7 +2,8 @@
 the document's digest.
 
 Every item's write is its own service (``approval_rule_save``, ``security_group_save``,
-``agent_save``, ``mcp_server_create`` / ``mcp_server_update``, ``tripwire_pattern_save`` …), so validation and
+``agent_save``, ``mcp_server_create`` / ``mcp_server_update``, ``subscription_create`` …,
+``tripwire_pattern_save`` …), so validation and
 per-item audit rows are exactly the admin's; they nest in this transaction, and anything refused rolls
 the whole document back. (An MCP server the document enables is connected to and its tools are pinned
 as an admin's enabling does; a server that cannot be reached refuses the whole document.)
@@ -27,6 +28,7 @@ from approvals.policy_doc.document import (
     PatternDoc,
     PolicyDoc,
     RuleDoc,
+    SubscriptionDoc,
     digest,
 )
 from approvals.policy_doc.live import policy_live
@@ -52,6 +54,8 @@ from skald.core.errors import SkaldError
 from skald.mcp.models import McpServer
 from skald.mcp.services import mcp_server_create, mcp_server_delete, mcp_server_update
 from skald.models import Agent
+from skald.notifications.models import Subscription
+from skald.notifications.services import subscription_create, subscription_delete, subscription_update
 
 # pg_advisory_xact_lock key: "policy" in ASCII. Two applies serialise on it, so the second reads the
 # first's result before it compares digests (SQLite serialises every write transaction anyway).
@@ -137,6 +141,8 @@ class _Writer:
                 self._agent(change)
             case "mcp_server":
                 self._mcp_server(change)
+            case "subscription":
+                self._subscription(change)
             case "tripwire_pattern":
                 self._pattern(change)
             case "tripwire_allow":
@@ -193,6 +199,17 @@ class _Writer:
         else:
             mcp_server_update(actor=self.actor, server=McpServer.objects.get(pk=change.old.row_id),
                               data=new.service_input())
+
+    def _subscription(self, change: Change) -> None:
+        if change.op == "delete":
+            subscription_delete(actor=self.actor, subscription=Subscription.objects.get(pk=change.old.row_id))
+            return
+        new: SubscriptionDoc = change.new
+        if change.op == "create":
+            subscription_create(actor=self.actor, owner=None, data=new.service_input())
+        else:
+            subscription_update(actor=self.actor, subscription=Subscription.objects.get(pk=change.old.row_id),
+                                data=new.service_input())
 
     def _pattern(self, change: Change) -> None:
         if change.op == "delete":

@@ -12,12 +12,21 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from approvals.policy_doc.document import AgentDoc, AllowDoc, GroupDoc, McpServerDoc, PatternDoc, PolicyDoc, RuleDoc
+from approvals.policy_doc.document import (
+    AgentDoc,
+    AllowDoc,
+    GroupDoc,
+    McpServerDoc,
+    PatternDoc,
+    PolicyDoc,
+    RuleDoc,
+    SubscriptionDoc,
+)
 
 Op = Literal["create", "update", "delete"]
-Subject = Literal["group", "rule", "agent", "mcp_server", "tripwire_pattern", "tripwire_allow"]
+Subject = Literal["group", "rule", "agent", "mcp_server", "tripwire_pattern", "tripwire_allow", "subscription"]
 RULE_FIELDS = ("action", "priority", "approval_ttl", "enabled", "note")
-T = TypeVar("T", RuleDoc, AllowDoc)
+T = TypeVar("T", RuleDoc, AllowDoc, SubscriptionDoc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +84,14 @@ class Change:
                     + ", ".join(f"{name} {_show(_plain(getattr(self.old, name)))} → "
                                 f"{_show(_plain(getattr(self.new, name)))}" for name in self.fields)
                     + f" ({self.path})")
+        if self.subject == "subscription":
+            item = self.new or self.old
+            text = f"{verb} notification subscription{_id(self.row_id)} {item.name!r}"
+            if self.op == "create":
+                text += f" ({item.channel} {item.target}: {', '.join(item.events)})"
+            if self.op == "update":
+                text += ": " + ", ".join(self.fields)
+            return text + (f" ({self.path})" if self.path else "")
         if self.subject == "tripwire_pattern":
             name = (self.new or self.old).name
             text = f"{verb} tripwire pattern org:{name}"
@@ -119,7 +136,23 @@ def policy_diff(live: PolicyDoc, proposed: PolicyDoc) -> list[Change]:
     rule_changes.sort(key=lambda c: {"delete": 0, "update": 1, "create": 2}[c.op])
     return [*group_changes, *rule_changes, *group_deletes, *_agent_updates(live.agents, proposed.agents),
             *_mcp_changes(live.mcp_servers, proposed.mcp_servers),
-            *_pattern_changes(live.patterns, proposed.patterns), *_allow_changes(live.allow, proposed.allow)]
+            *_pattern_changes(live.patterns, proposed.patterns), *_allow_changes(live.allow, proposed.allow),
+            *_subscription_changes(live.subscriptions, proposed.subscriptions)]
+
+
+SUBSCRIPTION_FIELDS = ("channel", "target", "events", "security_group", "agent", "case", "min_risk",
+                       "escalate_after_minutes", "chain_order", "enabled")
+
+
+def _subscription_changes(live: Sequence[SubscriptionDoc], new: Sequence[SubscriptionDoc]) -> list[Change]:
+    updates, creates, deletes = _pair(live, new, lambda s: s.key)
+    return [
+        *(Change("delete", "subscription", None, old, None) for old in deletes),
+        *(Change("update", "subscription", None, old, item,
+                 tuple(f for f in SUBSCRIPTION_FIELDS if getattr(old, f) != getattr(item, f)))
+          for old, item in updates),
+        *(Change("create", "subscription", None, None, item) for item in creates),
+    ]
 
 
 MCP_FIELDS = ("transport", "argv", "url", "secrets", "trust", "agents", "enabled")

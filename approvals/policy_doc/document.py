@@ -3,7 +3,7 @@
 Canonical means: every list in a fixed order (global rules, then groups by name with their rules;
 rules by priority, then most restrictive first, then content; members by name; agents by name, each
 agent's tools in its own order; MCP servers by name; tripwire patterns by name; allow-list entries by
-pattern), fields in
+pattern; notification subscriptions by name), fields in
 a fixed order, defaults left out. Two documents with the same meaning render to the same bytes, so
 the digest names a policy, not a file's formatting.
 """
@@ -190,6 +190,59 @@ class McpServerDoc:
 
 
 @dataclass(frozen=True, slots=True)
+class SubscriptionDoc:
+    """An organisation notification subscription (docs/notifications.md), paired by its name. Its
+    signing secret is never in the document: a created subscription gets a new one (the admin shows it,
+    and rotates it)."""
+
+    name: str
+    channel: str  # webhook | email | slack | teams
+    target: str
+    events: tuple[str, ...]  # sorted
+    security_group: str = ""
+    agent: str = ""
+    case: str = ""
+    min_risk: str = "low"
+    escalate_after_minutes: int | None = None
+    chain_order: int = 0
+    enabled: bool = True
+    path: str = field(default="", compare=False)
+    row_id: int | None = field(default=None, compare=False)
+
+    @property
+    def key(self) -> str:
+        return self.name
+
+    def sort_key(self) -> tuple[Any, ...]:
+        return (self.name, self.channel, self.target, self.events, self.security_group, self.agent, self.case,
+                self.min_risk, -1 if self.escalate_after_minutes is None else self.escalate_after_minutes,
+                self.chain_order, not self.enabled)
+
+    def as_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"name": self.name, "channel": self.channel, "target": self.target,
+                                "events": list(self.events)}
+        for name in ("security_group", "agent", "case"):
+            if getattr(self, name):
+                data[name] = getattr(self, name)
+        if self.min_risk != "low":
+            data["min_risk"] = self.min_risk
+        if self.escalate_after_minutes is not None:
+            data["escalate_after_minutes"] = self.escalate_after_minutes
+        if self.chain_order:
+            data["chain_order"] = self.chain_order
+        if not self.enabled:
+            data["enabled"] = False
+        return data
+
+    def service_input(self) -> dict[str, Any]:
+        """The fields ``skald.notifications.services`` takes, as the admin's form and the API send them."""
+        return {"name": self.name, "channel": self.channel, "target": self.target, "events": list(self.events),
+                "security_group": self.security_group, "agent": self.agent, "case": self.case,
+                "min_risk": self.min_risk, "escalate_after_minutes": self.escalate_after_minutes,
+                "chain_order": self.chain_order, "enabled": self.enabled}
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyDoc:
     """The whole document; build it with :func:`policy_doc` so its lists are in canonical order."""
 
@@ -199,6 +252,7 @@ class PolicyDoc:
     allow: tuple[AllowDoc, ...] = ()
     agents: tuple[AgentDoc, ...] = ()
     mcp_servers: tuple[McpServerDoc, ...] = ()
+    subscriptions: tuple[SubscriptionDoc, ...] = ()
 
     def as_data(self) -> dict[str, Any]:
         return {
@@ -209,6 +263,7 @@ class PolicyDoc:
             "mcp_servers": [server.as_data() for server in self.mcp_servers],
             "tripwires": {"patterns": [p.as_data() for p in self.patterns],
                           "allow": [a.as_data() for a in self.allow]},
+            "notifications": [subscription.as_data() for subscription in self.subscriptions],
         }
 
     def rule_sets(self) -> list[tuple[str | None, tuple[RuleDoc, ...]]]:
@@ -224,7 +279,8 @@ def policy_doc(*, rules: list[RuleDoc] | tuple[RuleDoc, ...] = (), groups: list[
                patterns: list[PatternDoc] | tuple[PatternDoc, ...] = (),
                allow: list[AllowDoc] | tuple[AllowDoc, ...] = (),
                agents: list[AgentDoc] | tuple[AgentDoc, ...] = (),
-               mcp_servers: list[McpServerDoc] | tuple[McpServerDoc, ...] = ()) -> PolicyDoc:
+               mcp_servers: list[McpServerDoc] | tuple[McpServerDoc, ...] = (),
+               subscriptions: list[SubscriptionDoc] | tuple[SubscriptionDoc, ...] = ()) -> PolicyDoc:
     """A document with every list in canonical order."""
     canonical_groups = tuple(
         GroupDoc(name=g.name, description=g.description, users=tuple(sorted(g.users)), agents=tuple(sorted(g.agents)),
@@ -235,7 +291,8 @@ def policy_doc(*, rules: list[RuleDoc] | tuple[RuleDoc, ...] = (), groups: list[
                      patterns=tuple(sorted(patterns, key=lambda p: p.name)),
                      allow=tuple(sorted(allow, key=AllowDoc.sort_key)),
                      agents=tuple(sorted(agents, key=lambda a: a.name)),
-                     mcp_servers=tuple(sorted(mcp_servers, key=lambda m: m.name)))
+                     mcp_servers=tuple(sorted(mcp_servers, key=lambda m: m.name)),
+                     subscriptions=tuple(sorted(subscriptions, key=SubscriptionDoc.sort_key)))
 
 
 class _Dumper(yaml.SafeDumper):

@@ -1,4 +1,4 @@
-"""The live governance configuration as a :class:`PolicyDoc` (a selector: eight queries)."""
+"""The live governance configuration as a :class:`PolicyDoc` (a selector: nine queries)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ from approvals.policy_doc.document import (
     PatternDoc,
     PolicyDoc,
     RuleDoc,
+    SubscriptionDoc,
     policy_doc,
 )
 from skald.mcp.models import McpServer
 from skald.models import Agent
+from skald.notifications.models import Subscription
 
 
 def _rule_doc(rule: ApprovalRule) -> RuleDoc:
@@ -51,8 +53,18 @@ def policy_live() -> PolicyDoc:
         for agent in Agent.objects.order_by("name")
     ]
     servers = [mcp_server_doc(server) for server in McpServer.objects.order_by("name")]
+    subscriptions = [subscription_doc(s) for s in Subscription.objects.filter(owner__isnull=True).order_by("id")]
     return policy_doc(rules=by_group[None], groups=groups, patterns=patterns, allow=allow, agents=agents,
-                      mcp_servers=servers)
+                      mcp_servers=servers, subscriptions=subscriptions)
+
+
+def subscription_doc(subscription: Subscription) -> SubscriptionDoc:
+    return SubscriptionDoc(
+        name=subscription.name, channel=subscription.channel, target=subscription.target,
+        events=tuple(sorted(str(e) for e in subscription.events or ())), security_group=subscription.security_group,
+        agent=subscription.agent, case=subscription.case, min_risk=subscription.min_risk,
+        escalate_after_minutes=subscription.escalate_after_minutes, chain_order=subscription.chain_order,
+        enabled=subscription.enabled, row_id=subscription.pk)
 
 
 def mcp_server_doc(server: McpServer) -> McpServerDoc:

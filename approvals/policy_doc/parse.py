@@ -8,9 +8,9 @@ database by :mod:`approvals.policy_doc.apply` and :mod:`approvals.policy_doc.pla
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -23,6 +23,7 @@ from approvals.policy_doc.document import (
     PatternDoc,
     PolicyDoc,
     RuleDoc,
+    SubscriptionDoc,
     policy_doc,
 )
 from approvals.rules.services import approval_rule_problems
@@ -30,6 +31,7 @@ from approvals.tripwires.services import tripwire_allow_problems, tripwire_patte
 from loop.bounds import Bounds
 from loop.errors import HarnessError
 from skald.core.errors import SkaldError
+from skald.notifications.events import EventKind
 
 MAX_PRIORITY = 2_147_483_647  # the column is a PositiveIntegerField
 
@@ -137,59 +139,46 @@ def parse(data: Any) -> PolicyDoc:
     """
     reader = _Reader()
     top = reader.mapping(data, "$", required=("version",), optional=("rules", "groups", "agents", "mcp_servers",
-                                                                   "tripwires"))
+                                                                   "tripwires", "notifications"))
     if top is None:
         raise PolicyInvalid(reader.problems)
     if "version" in top and top["version"] != VERSION:
         reader.add("version", "unsupported_version", f"This Skald reads version {VERSION} documents.")
     rules = [_rule(reader, item, path) for path, item in reader.items(top.get("rules"), "rules")]
-    groups: list[GroupDoc] = []
-    seen_groups: set[str] = set()
-    for path, item in reader.items(top.get("groups"), "groups"):
-        group = _group(reader, item, path)
-        if group is None:
-            continue
-        if group.name in seen_groups:
-            reader.add(f"{path}.name", "duplicate", f"A group named {group.name!r} is already defined.")
-        seen_groups.add(group.name)
-        groups.append(group)
-    agents: list[AgentDoc] = []
-    for path, item in reader.items(top.get("agents"), "agents"):
-        agent = _agent(reader, item, path)
-        if agent is None:
-            continue
-        if any(a.name == agent.name for a in agents):
-            reader.add(f"{path}.name", "duplicate", f"The agent {agent.name!r} is already listed.")
-        agents.append(agent)
-    servers: list[McpServerDoc] = []
-    for path, item in reader.items(top.get("mcp_servers"), "mcp_servers"):
-        server = _mcp_server(reader, item, path)
-        if server is None:
-            continue
-        if any(s.name == server.name for s in servers):
-            reader.add(f"{path}.name", "duplicate", f"An MCP server named {server.name!r} is already defined.")
-        servers.append(server)
+    groups = _named(reader, top.get("groups"), "groups", _group, "A group")
+    agents = _named(reader, top.get("agents"), "agents", _agent, "The agent")
+    servers = _named(reader, top.get("mcp_servers"), "mcp_servers", _mcp_server, "An MCP server")
     patterns: list[PatternDoc] = []
     allow: list[AllowDoc] = []
     tripwires = top.get("tripwires")
     if tripwires is not None:
         trip = reader.mapping(tripwires, "tripwires", required=(), optional=("patterns", "allow"))
         if trip is not None:
-            seen_patterns: set[str] = set()
-            for path, item in reader.items(trip.get("patterns"), "tripwires.patterns"):
-                pattern = _pattern(reader, item, path)
-                if pattern is None:
-                    continue
-                if pattern.name in seen_patterns:
-                    reader.add(f"{path}.name", "duplicate", f"A pattern named {pattern.name!r} is already defined.")
-                seen_patterns.add(pattern.name)
-                patterns.append(pattern)
+            patterns = _named(reader, trip.get("patterns"), "tripwires.patterns", _pattern, "A pattern")
             allow = [a for path, item in reader.items(trip.get("allow"), "tripwires.allow")
                      if (a := _allow(reader, item, path)) is not None]
+    subscriptions = _named(reader, top.get("notifications"), "notifications", _subscription, "A subscription")
     if reader.problems:
         raise PolicyInvalid(reader.problems)
     return policy_doc(rules=[r for r in rules if r is not None], groups=groups, patterns=patterns, allow=allow,
-                      agents=agents, mcp_servers=servers)
+                      agents=agents, mcp_servers=servers, subscriptions=subscriptions)
+
+
+Named = TypeVar("Named", GroupDoc, AgentDoc, McpServerDoc, PatternDoc, SubscriptionDoc)
+
+
+def _named(reader: _Reader, value: Any, path: str, read: Callable[[_Reader, Any, str], Named | None],
+           noun: str) -> list[Named]:
+    """A list of entries identified by their name: each read by ``read``, a second use of a name refused."""
+    found: list[Named] = []
+    for item_path, item in reader.items(value, path):
+        entry = read(reader, item, item_path)
+        if entry is None:
+            continue
+        if any(other.name == entry.name for other in found):
+            reader.add(f"{item_path}.name", "duplicate", f"{noun} named {entry.name!r} is already defined.")
+        found.append(entry)
+    return found
 
 
 def _rule(reader: _Reader, item: Any, path: str) -> RuleDoc | None:
@@ -311,6 +300,53 @@ def _mcp_server(reader: _Reader, item: Any, path: str) -> McpServerDoc | None:
     return McpServerDoc(name=name, transport=transport, argv=argv, url=url,
                         secrets=tuple(sorted(secrets.items())), trust=trust, agents=tuple(sorted(agents)),
                         enabled=enabled, path=path)
+
+
+ORG_CHANNELS = ("webhook", "email", "slack", "teams")  # "user_email" is a person's own, not the organisation's
+RISKS = ("low", "medium", "high")
+
+
+def _subscription(reader: _Reader, item: Any, path: str) -> SubscriptionDoc | None:
+    """The shape of an organisation subscription. The receiver's URL is screened (SSRF, allowed CIDRs)
+    by the notification services when the subscription is created or changed, as at an admin's save."""
+    data = reader.mapping(item, path, required=("name", "channel", "target", "events"),
+                          optional=("security_group", "agent", "case", "min_risk", "escalate_after_minutes",
+                                    "chain_order", "enabled"))
+    if data is None:
+        return None
+    before = len(reader.problems)
+    name = reader.string(data, "name", path, max_length=80).strip()
+    if "name" in data and not name:
+        reader.add(f"{path}.name", "invalid", "A subscription needs a name.")
+    channel = reader.string(data, "channel", path, max_length=12)
+    if "channel" in data and channel not in ORG_CHANNELS:
+        reader.add(f"{path}.channel", "invalid", f"Expected one of {', '.join(ORG_CHANNELS)}.")
+    target = reader.string(data, "target", path, max_length=500)
+    known = {str(kind) for kind in EventKind}
+    events = reader.names(data, "events", path)
+    for index, event in enumerate(events):
+        if event not in known:
+            reader.add(f"{path}.events[{index}]", "invalid",
+                       f"Unknown event; expected one of {', '.join(sorted(known))}.")
+    if "events" in data and not events:
+        reader.add(f"{path}.events", "invalid", "A subscription needs at least one event.")
+    filters = {key: reader.string(data, key, path, max_length=80 if key == "security_group" else 64)
+               for key in ("security_group", "agent", "case")}
+    risk = reader.string(data, "min_risk", path, "low", max_length=8)
+    if risk not in RISKS:
+        reader.add(f"{path}.min_risk", "invalid", "Expected low, medium or high.")
+    after = data.get("escalate_after_minutes")
+    if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 1):
+        reader.add(f"{path}.escalate_after_minutes", "invalid", "Expected a whole number of minutes ≥ 1, or nothing.")
+    order = data.get("chain_order", 0)
+    if isinstance(order, bool) or not isinstance(order, int) or not 0 <= order <= 32767:
+        reader.add(f"{path}.chain_order", "invalid", "Expected a whole number from 0 to 32767.")
+    enabled = reader.boolean(data, "enabled", path, True)
+    if len(reader.problems) > before:
+        return None
+    return SubscriptionDoc(name=name, channel=channel, target=target, events=tuple(sorted(events)),
+                           security_group=filters["security_group"], agent=filters["agent"], case=filters["case"],
+                           min_risk=risk, escalate_after_minutes=after, chain_order=order, enabled=enabled, path=path)
 
 
 def _strings(reader: _Reader, value: Any, path: str) -> tuple[str, ...]:

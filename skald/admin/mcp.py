@@ -168,13 +168,22 @@ class McpToolAdmin(_SuperusersOnly, admin.ModelAdmin):
 
     @admin.action(description="Approve the listed definition (pin it)")
     def approve_definition(self, request: HttpRequest, queryset: QuerySet[McpTool]) -> None:
-        for tool in queryset.filter(status=McpToolStatus.QUARANTINED):
+        approved = []
+        for tool in queryset.filter(status=McpToolStatus.QUARANTINED).select_related("server"):
             try:
                 mcp_tool_approve(actor=Actor.user(request.user), tool=tool, digest=tool.pending_digest)
+                approved.append(str(tool))
             except SkaldError as exc:
                 messages.error(request, f"{tool}: {exc.message}")
+        if approved:
+            messages.success(request, f"Approved the listed definition of {', '.join(approved)}: offered to "
+                                      "models again.")
 
     @admin.action(description="Keep quarantined")
     def keep_quarantined(self, request: HttpRequest, queryset: QuerySet[McpTool]) -> None:
-        for tool in queryset.filter(status=McpToolStatus.QUARANTINED):
+        kept = []
+        for tool in queryset.filter(status=McpToolStatus.QUARANTINED).select_related("server"):
             mcp_tool_keep_quarantined(actor=Actor.user(request.user), tool=tool)
+            kept.append(str(tool))
+        if kept:
+            messages.info(request, f"Kept {', '.join(kept)} quarantined: not offered to models.")

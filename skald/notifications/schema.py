@@ -15,7 +15,7 @@ PAYLOAD_SCHEMA: dict[str, Any] = {
     "required": ["version", "event_id", "type", "title", "occurred_at", "subject", "summary", "requested_by", "risk",
                  "agent", "security_group", "case", "link", "data"],
     "properties": {
-        "version": {"type": "string", "enum": ["skald.notification.v1"]},
+        "version": {"type": "string", "const": "skald.notification.v1"},
         "event_id": {"type": "string", "format": "uuid", "description": "The event; every subscription told of it "
                                                                         "gets the same id."},
         "type": {"type": "string", "enum": list(EVENT_TYPES)},

@@ -17,13 +17,15 @@ from audit.actors import Actor
 from skald.agents.seed import seed_agents
 from skald.mcp.services import mcp_server_create
 from skald.models import Agent
+from skald.notifications.services import subscription_create
 
 ADMIN = Actor.system("test")
 
 
 def configure(alice: User) -> SecurityGroup:
     """The default rules, an 'ops' group (alice, the troubleshooter) with two rules, a pattern, an allow
-    entry, and a disabled stdio MCP server (the demo's, for the troubleshooter)."""
+    entry, a disabled stdio MCP server (the demo's, for the troubleshooter), and an organisation
+    e-mail subscription to pending and expired approvals."""
     seed_agents()
     default_rules_ensure()
     group = security_group_save(actor=ADMIN, group=SecurityGroup(name="ops", description="On-call operators"),
@@ -43,6 +45,9 @@ def configure(alice: User) -> SecurityGroup:
         mcp_server_create(actor=ADMIN, data={
             "name": "demo", "transport": "stdio", "argv": [sys.executable, DEMO_MCP_SCRIPT],
             "secret_env": {"DEMO_TOKEN": "/run/secrets/demo-token"}, "agents": ["troubleshooter"]})
+    subscription_create(actor=ADMIN, owner=None, data={
+        "name": "on-call", "channel": "email", "target": "oncall@example.org",
+        "events": ["approval.pending", "approval.expired"], "chain_order": 1})
     return group
 
 

@@ -76,5 +76,6 @@ def test_an_admin_registers_a_server_and_approves_a_quarantined_definition(admin
     admin.click("//tr[.//a[text()='mcp__tests__echo']]//input[@name='_selected_action']")
     choose(admin, "select[name=action]", "approve_definition")
     admin.click("button[name=index]")
+    admin.wait_text(".messagelist", "Approved the listed definition of mcp__tests__echo", what="the approval")
     admin.open(TOOLS + "?q=tests&status__exact=active")
     admin.wait_text("#result_list", "mcp__tests__echo", what="the approved tool active again")

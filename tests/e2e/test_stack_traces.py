@@ -97,13 +97,13 @@ def test_a_turn_recovered_after_its_worker_was_killed_continues_the_same_trace(
     def recovered() -> list[ReceivedSpan] | None:
         spans = in_trace(receiver, admission.trace_id)
         names = {s.name for s in spans}
-        return spans if {"execute_tool search_knowledge", "execute_tool write_file"} <= names else None
+        wanted = {"execute_tool search_knowledge", "execute_tool write_file", "invoke_agent troubleshooter"}
+        return spans if wanted <= names else None  # the frame's span ends at the park, exported after it
 
-    spans = wait_for(recovered, timeout=30, what="the recovered turn's spans")
+    spans = wait_for(recovered, timeout=60, what="the recovered turn's spans")
     assert admission.service == "skald-e2e"
     tool = next(s for s in spans if s.name == "execute_tool search_knowledge")
     assert ":t1:" in tool.attributes["gen_ai.tool.call.id"]  # the call the killed worker planned
-    assert any(s.name == "invoke_agent troubleshooter" for s in spans)
 
 
 def test_a_governed_run_is_one_trace_from_admission_to_the_last_chat(stack: Stack, receiver: OtlpReceiver) -> None:
