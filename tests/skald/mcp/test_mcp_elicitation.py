@@ -166,3 +166,23 @@ def test_an_unanswered_card_expires_and_the_server_is_told_decline(deploy, setti
 def test_an_unknown_card_is_404(api, alice, mcp_setup):
     response = api(alice).post("/api/mcp/elicitations/999999/answer", {"action": "decline"}, format="json")
     assert (response.status_code, response.json()["code"]) == (404, "mcp_elicitation_not_found")
+
+
+def test_a_stop_while_a_card_waits_cancels_the_call_and_withdraws_the_card(deploy, alice):
+    from loop.models import Session
+    from skald.sessions.services import session_stop
+
+    background, _provider = deploy()
+    card = the_card(background)
+
+    session_stop(user=alice, session=Session.objects.get(pk=card.session_id))
+
+    exchange = background.exchange()
+    assert exchange.outcome == "canceled"
+    settled = threading.Event()
+    for _ in range(3000):  # withdrawn by the pool's helper thread once the call ended
+        if McpElicitation.objects.get(pk=card.pk).status != "pending":
+            break
+        settled.wait(0.02)
+    card.refresh_from_db()
+    assert (card.status, card.answered_by) == ("cancelled", "system:skald")
