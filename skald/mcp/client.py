@@ -507,8 +507,6 @@ class McpPool:
                 result = await session.call_tool(tool, arguments,
                                                  progress_callback=_progress(on_progress) if on_progress else None,
                                                  meta=_meta(traceparent))
-            if result is None:
-                raise TimeoutError(f"MCP server {spec.name!r} did not answer within {timeout:g} s")
         except MCPError as exc:
             if not connection.alive or exc.error.code == mcp_types.CONNECTION_CLOSED:
                 connection.dead = True
@@ -527,6 +525,8 @@ class McpPool:
             for wait in list(call.waits):
                 wait.cancel()
             connection.last_used = time.monotonic()
+        if result is None:  # the deadline passed (raised here: a TimeoutError is an OSError, the transport's)
+            raise TimeoutError(f"MCP server {spec.name!r} did not answer within {timeout:g} s")
         content = [block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content]
         return CallResult(content=content, structured=result.structured_content, is_error=bool(result.is_error))
 

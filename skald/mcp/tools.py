@@ -51,6 +51,9 @@ class McpToolProxy:
     annotations: Mapping[str, Any] = field(default_factory=dict)
     trusted: bool = False
     trace_kind: ClassVar[str] = "mcp"  # what its execute_tool span says it is (skald.tracing)
+    # No kernel timeout: the call's own deadline (the frame's tool_timeout bound, in the pool) replaces
+    # it, because an elicitation pauses that deadline while a person answers (skald/mcp/client.py).
+    timeout: ClassVar[None] = None
 
     @property
     def concurrency_safe(self) -> bool:
@@ -93,7 +96,7 @@ class McpToolProxy:
                             code=f"mcp_tool_{state}")
         if server.status != "connected":
             mcp_server_status_record(server=server, error="")
-        timeout = float(context.timeout or settings.SKALD_MCP_CALL_TIMEOUT_SECONDS)
+        timeout = call_timeout(context)
         started = time.monotonic()
         try:
             try:
@@ -175,6 +178,14 @@ def task_of(session_id: int) -> tuple[int, int] | None:
         if not connection.in_atomic_block:
             connection.close()
     return (row[0], row[1]) if row is not None and row[1] is not None else None
+
+
+def call_timeout(context: ToolContext) -> float:
+    """The call's deadline: the calling frame's ``tool_timeout`` bound (the kernel's own timeout for
+    any other tool), else ``SKALD_MCP_CALL_TIMEOUT_SECONDS``."""
+    bounds = getattr(getattr(context.frame, "env", None), "bounds", None)
+    bound = getattr(bounds, "tool_timeout", None) or context.timeout
+    return float(bound or settings.SKALD_MCP_CALL_TIMEOUT_SECONDS)
 
 
 def result_text(result: CallResult) -> str:

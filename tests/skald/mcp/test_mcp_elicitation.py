@@ -17,7 +17,7 @@ from django.db import connection
 
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
-from loop.models import Exchange
+from loop.models import Exchange, ToolCall
 from loop.providers.loopback import text_turn, tool_turn
 from skald.mcp.models import McpElicitation, McpElicitationStatus
 from tests.conftest import make_user
@@ -186,3 +186,25 @@ def test_a_stop_while_a_card_waits_cancels_the_call_and_withdraws_the_card(deplo
         settled.wait(0.02)
     card.refresh_from_db()
     assert (card.status, card.answered_by) == ("cancelled", "system:skald")
+
+
+def test_the_calls_timeout_still_ends_a_call_and_pauses_while_a_person_answers(deploy, api, alice, script, ask):
+    from approvals.models import ApprovalRule
+    from skald.models import Agent
+
+    Agent.objects.filter(name="operator").update(bounds={"tool_timeout": 0.5})
+    ApprovalRule.objects.create(tool_pattern="mcp__demo__slow", action="allow", priority=10)
+    script(tool_turn(("mcp__demo__slow", {})), text_turn("gave up"))
+
+    timed_out = ask("slow")
+
+    call = ToolCall.objects.get(exchange=timed_out)
+    assert call.is_error and "mcp_timeout" in call.result and "did not answer within 0.5 s" in call.result
+
+    background, provider = deploy()
+    card = the_card(background)
+    threading.Event().wait(1.0)  # longer than the call's 0.5 s: only the paused deadline lets it finish
+    api(alice).post(f"/api/mcp/elicitations/{card.pk}/answer",
+                    {"action": "accept", "content": {"target": "eu-1", "replicas": 1}}, format="json")
+    background.exchange()
+    assert "deploying to eu-1 x1" in provider.calls[1].messages[-1].content
