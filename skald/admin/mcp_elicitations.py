@@ -12,7 +12,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.html import format_html
 
 from skald.admin.mcp import _SuperusersOnly
@@ -75,6 +75,13 @@ class McpElicitationAdmin(_SuperusersOnly, admin.ModelAdmin):
                                    content=form.cleaned_data.get("content"))
         except SkaldError as exc:
             messages.error(request, f"{exc.code}: {exc.message}")
+            request.mcp_refused = True  # type: ignore[attr-defined]  # response_change: back to the form
+
+    def response_change(self, request: HttpRequest, obj: McpElicitation) -> HttpResponse:
+        """A refused answer returns to the card's form (no "changed successfully")."""
+        if getattr(request, "mcp_refused", False):
+            return HttpResponseRedirect(request.path)
+        return super().response_change(request, obj)
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         """Nothing else is written here (the service wrote the answer)."""

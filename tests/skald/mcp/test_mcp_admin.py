@@ -120,7 +120,10 @@ def test_the_admin_lists_cards_and_answers_one_through_the_service(root_client, 
 
     refused = root_client.post(f"/admin/skald/mcpelicitation/{card.pk}/change/",
                                {"action": "accept", "content": '{"target": 3}'}, follow=True)
-    assert any("mcp_elicitation_content_invalid" in str(m) for m in refused.context["messages"])
+    assert [str(m) for m in refused.context["messages"]] == [
+        "mcp_elicitation_content_invalid: the answer does not fit the requested schema at target: 3 is not of type "
+        "'string'"]
+    assert b'name="action"' in refused.content  # back on the card's form
     assert McpElicitation.objects.get(pk=card.pk).status == "pending"
     root_client.post(f"/admin/skald/mcpelicitation/{card.pk}/change/",
                      {"action": "accept", "content": '{"target": "eu-1"}'})
