@@ -87,6 +87,9 @@ class AuditKind(models.IntegerChoices):
     MCP_TOOL_QUARANTINED = 552, "skald.mcp.tool_quarantined"  # a listing differed from the pin (or vanished)
     MCP_DEFINITION_APPROVED = 553, "skald.mcp.definition_approved"
     MCP_DEFINITION_KEPT = 554, "skald.mcp.definition_kept"  # an admin kept a tool quarantined
+    MCP_ELICITATION_REQUESTED = 555, "skald.mcp.elicitation_requested"  # a server asked the owner during a call
+    MCP_ELICITATION_ANSWERED = 556, "skald.mcp.elicitation_answered"  # accepted, declined, cancelled or expired
+    MCP_SAMPLING = 557, "skald.mcp.sampling"  # a server's sampling request: served (tokens) or refused
     # 6xx proposals and knowledge
     PROPOSAL_CAPTURED = 600, "proposals.proposal.captured"
     PROPOSAL_ACCEPTED = 601, "proposals.proposal.accepted"

@@ -23,4 +23,12 @@ class SkaldAdminConfig(admin_apps.AdminConfig):
 
     def ready(self) -> None:
         super().ready()  # every app's admin module, skald.admin's (which registers nothing) included
-        from skald.admin import catalogue, identity, jobs, mcp, notifications, store  # noqa: F401  (each registers its pages)
+        from skald.admin import (  # noqa: F401  (each registers its pages)
+            catalogue,
+            identity,
+            jobs,
+            mcp,
+            mcp_elicitations,
+            notifications,
+            store,
+        )

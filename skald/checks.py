@@ -188,8 +188,9 @@ def check_exec_sandbox(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 
 @register()
 def check_mcp_settings(app_configs: Any = None, **kwargs: Any) -> list[Error | Warning]:
-    """MCP (docs/mcp.md): the CIDRs an http server may be in must parse; an allowlisted stdio program
-    should be an absolute path (a bare name is looked up on each worker's PATH)."""
+    """MCP (docs/mcp.md): the CIDRs an http server may be in must parse; the stdio sandbox mode is
+    auto or off; an allowlisted stdio program should be an absolute path (a bare name is looked up
+    on each worker's PATH)."""
     from loop.providers.netguard import parse_allow_cidrs
 
     problems: list[Error | Warning] = []
@@ -197,6 +198,8 @@ def check_mcp_settings(app_configs: Any = None, **kwargs: Any) -> list[Error | W
         parse_allow_cidrs(settings.SKALD_MCP_ALLOW_CIDRS or "")
     except ValueError as exc:
         problems.append(Error(f"SKALD_MCP_ALLOW_CIDRS is invalid: {exc}", id="skald.E020"))
+    if settings.SKALD_MCP_STDIO_SANDBOX not in ("auto", "off"):
+        problems.append(Error("SKALD_MCP_STDIO_SANDBOX must be auto or off.", id="skald.E021"))
     relative = [p for p in settings.SKALD_MCP_STDIO_ALLOWLIST if not p.startswith("/")]
     if relative:
         problems.append(Warning(f"SKALD_MCP_STDIO_ALLOWLIST names programs by bare name ({', '.join(relative)}): "

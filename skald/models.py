@@ -142,12 +142,12 @@ class WorkspaceFile(models.Model):
 
 from skald.identity.models import ProviderGroupMapping, ProviderIdentity, TokenRevocation  # noqa: E402  (app models)
 from skald.jobs.models import JobKind, JobRun, JobStatus, RunEnding, ScheduledJob  # noqa: E402  (app models)
-from skald.mcp.models import McpServer, McpTool  # noqa: E402  (app models)
+from skald.mcp.models import McpElicitation, McpServer, McpTool  # noqa: E402  (app models)
 from skald.notifications.models import Delivery, Subscription  # noqa: E402  (app models)
 
 __all__ = [
-    "Agent", "AgentKind", "Case", "CaseLog", "CaseStatus", "Delivery", "JobKind", "JobRun", "JobStatus", "McpServer",
-    "McpTool", "ProviderGroupMapping",
+    "Agent", "AgentKind", "Case", "CaseLog", "CaseStatus", "Delivery", "JobKind", "JobRun", "JobStatus",
+    "McpElicitation", "McpServer", "McpTool", "ProviderGroupMapping",
     "ProviderIdentity", "Run", "RunEnding", "RunStatus", "ScheduledJob", "Subscription", "TokenRevocation",
     "WorkspaceBlob",
     "WorkspaceFile",

@@ -443,6 +443,10 @@ SKALD_MCP_STDIO_ALLOWLIST = tuple(envlist("SKALD_MCP_STDIO_ALLOWLIST"))
 SKALD_MCP_ALLOW_CIDRS = envstr("SKALD_MCP_ALLOW_CIDRS")
 SKALD_MCP_IDLE_SECONDS = envint("SKALD_MCP_IDLE_SECONDS", 300, minimum=1)
 SKALD_MCP_CALL_TIMEOUT_SECONDS = envint("SKALD_MCP_CALL_TIMEOUT_SECONDS", 60, minimum=1)
+# An MCP server's elicitation card unanswered this long is declined (docs/mcp.md, "Elicitation").
+SKALD_MCP_ELICITATION_TIMEOUT_SECONDS = envint("SKALD_MCP_ELICITATION_TIMEOUT_SECONDS", 300, minimum=0)
+# stdio MCP servers start in the exec sandbox (bubblewrap) when it works here: auto | off.
+SKALD_MCP_STDIO_SANDBOX = envstr("SKALD_MCP_STDIO_SANDBOX", "auto")
 # Notifications (docs/notifications.md). Deep links are absolute: SKALD_PUBLIC_URL is the address
 # people open Skald at. Webhook and chat receivers pass the providers' SSRF screen; private or
 # loopback receivers need their range here. A message is retried with exponential backoff and

@@ -31,6 +31,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 __all__ = [
@@ -167,6 +168,8 @@ class Bubblewrap:
             database, the workspace root): an empty tmpfs is mounted over each.
         private_count: As root, give the program a user namespace of its own so its process
             limit counts its own processes only (:meth:`find` turns it off where the host forbids).
+        read_only: Host paths shown read-only at the same place (a long-lived program's interpreter,
+            its virtualenv, its script); a path reached through a symbolic link shows at both.
     """
 
     bwrap: str
@@ -178,6 +181,7 @@ class Bubblewrap:
     setpriv: str = "/usr/bin/setpriv"
     prlimit: str = "/usr/bin/prlimit"
     unshare: str = "/usr/bin/unshare"
+    read_only: tuple[str, ...] = ()
     name: str = field(default="bubblewrap", init=False)
     confined: bool = field(default=True, init=False)
 
@@ -242,8 +246,19 @@ class Bubblewrap:
         for path in _ETC_FILES + (_ETC_NETWORK if self.network else ()):
             args += ["--ro-bind-try", path, path]
         visible = ["/usr", *_ROOT_DIRS]
+        binds: list[tuple[str, str]] = []
         if not any(_under(executable, root) for root in visible):
-            args += ["--ro-bind", executable, executable]  # an allowlisted program outside /usr
+            binds.append((executable, executable))  # an allowlisted program outside /usr
+        for path in self.read_only:
+            real = os.path.realpath(path)
+            binds += [(real, real)] + ([(real, os.path.abspath(path))] if os.path.abspath(path) != real else [])
+        # The directories leading to them, open to the uid (bubblewrap would make them 0700).
+        ancestors = sorted({str(parent) for _, dest in binds for parent in Path(dest).parents if str(parent) != "/"
+                            and not any(_under(str(parent), root) for root in visible)}, key=len)
+        for directory in ancestors:
+            args += ["--perms", "0755", "--dir", directory]
+        for source, dest in binds:
+            args += ["--ro-bind", source, dest]
         args += ["--proc", "/proc", "--dev", "/dev"]
         args += ["--perms", "1777", "--size", str(self._tmp_bytes()), "--tmpfs", "/tmp"]  # noqa: S108 (the sandbox's own)
         for path in self.hide:

@@ -81,7 +81,7 @@ class McpToolInline(admin.TabularInline):
 @admin.register(McpServer)
 class McpServerAdmin(_SuperusersOnly, admin.ModelAdmin):
     form = McpServerForm
-    list_display = ["name", "transport", "trust", "enabled", "status", "last_error", "checked_at"]
+    list_display = ["name", "transport", "trust", "enabled", "allow_sampling", "status", "last_error", "checked_at"]
     list_filter = ["transport", "trust", "enabled", "status"]
     readonly_fields = ["status", "last_error", "checked_at", "recent_calls"]
     inlines = [McpToolInline]

@@ -11,6 +11,7 @@ from typing import Any
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -18,10 +19,20 @@ from rest_framework.views import APIView
 from audit.actors import Actor
 from skald.core.api.errors_schema import error_responses
 from skald.core.api.permissions import AdminRequired, caller
+from skald.core.api.schema import MAX_ID
 from skald.core.api.strict_input import StrictInput
 from skald.core.errors import NotFound
 from skald.mcp.definitions import definition_diff, offered_name
-from skald.mcp.models import McpServer, McpServerStatus, McpTool, McpToolStatus, McpTransport, McpTrust
+from skald.mcp.elicitation import ACTIONS, elicitation_view, elicitations_pending_for, mcp_elicitation_answer
+from skald.mcp.models import (
+    McpElicitationStatus,
+    McpServer,
+    McpServerStatus,
+    McpTool,
+    McpToolStatus,
+    McpTransport,
+    McpTrust,
+)
 from skald.mcp.services import mcp_server_create, mcp_server_delete, mcp_server_update
 
 SAVE_CODES = ("invalid", "mcp_invalid", "mcp_name_invalid", "mcp_name_immutable", "mcp_transport_invalid",
@@ -61,6 +72,8 @@ class ServerInput(StrictInput):
                                    help_text='Agent names that get its tools, or ["*"].')
     enabled = serializers.BooleanField(required=False,
                                        help_text="Turning it on discovers the tools and pins their definitions.")
+    allow_sampling = serializers.BooleanField(required=False, help_text="Serve its sampling requests with the "
+                                              "calling frame's model, tokens charged to its budget (default off).")
 
 
 class ServerView(serializers.Serializer):
@@ -73,6 +86,7 @@ class ServerView(serializers.Serializer):
     trust = serializers.ChoiceField(choices=McpTrust.values)
     agents = serializers.ListField(child=serializers.CharField())
     enabled = serializers.BooleanField()
+    allow_sampling = serializers.BooleanField()
     status = serializers.ChoiceField(choices=McpServerStatus.values)
     last_error = serializers.CharField(allow_blank=True)
     tools = serializers.DictField(child=serializers.IntegerField(), help_text="Tools by status.")
@@ -103,7 +117,8 @@ def server_view(server: McpServer) -> dict[str, Any]:
     return {"name": server.name, "transport": server.transport, "argv": list(server.argv), "url": server.url,
             "secret_env": dict(server.secret_env), "secret_headers": dict(server.secret_headers),
             "trust": server.trust, "agents": list(server.agents), "enabled": server.enabled,
-            "status": server.status, "last_error": server.last_error, "tools": counts}
+            "allow_sampling": server.allow_sampling, "status": server.status, "last_error": server.last_error,
+            "tools": counts}
 
 
 def tool_view(tool: McpTool, server: str) -> dict[str, Any]:
@@ -184,4 +199,64 @@ class ServerTools(APIView):
         return Response([tool_view(t, server.name) for t in sorted(server.tools.all(), key=lambda t: t.name)])
 
 
-__all__ = ["ServerDetail", "ServerList", "ServerTools"]
+class ElicitationAnswer(StrictInput):
+    action = serializers.ChoiceField(choices=ACTIONS, help_text="accept (with content), decline or cancel.")
+    content = serializers.DictField(required=False, help_text="accept: the answer, valid against the requested "
+                                                              "schema.")
+
+
+class ElicitationView(serializers.Serializer):
+    id = serializers.IntegerField()
+    server = serializers.CharField()
+    tool = serializers.CharField()
+    session = serializers.IntegerField()
+    exchange = serializers.IntegerField()
+    call = serializers.IntegerField()
+    message = serializers.CharField()
+    requested_schema = serializers.DictField()
+    status = serializers.ChoiceField(choices=McpElicitationStatus.values)
+    answer = serializers.DictField(allow_null=True)
+    answered_by = serializers.CharField(allow_blank=True)
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField()
+    answered_at = serializers.DateTimeField(allow_null=True)
+
+
+class ElicitationQuery(serializers.Serializer):
+    session = serializers.IntegerField(min_value=0, max_value=MAX_ID, help_text="The session's id.")
+
+
+class ElicitationList(APIView):
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(operation_id="mcp_elicitation_list", summary="A session's pending MCP elicitations",
+                   description="For the session's owner or an admin; anyone else gets an empty list.",
+                   parameters=[ElicitationQuery],
+                   responses={200: ElicitationView(many=True), **error_responses(_400="invalid")})
+    def get(self, request: Request) -> Response:
+        query = ElicitationQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        rows = elicitations_pending_for(user=caller(request), session_id=query.validated_data["session"])
+        return Response([elicitation_view(row) for row in rows])
+
+
+class ElicitationAnswerView(APIView):
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(operation_id="mcp_elicitation_answer", summary="Answer an MCP server's elicitation",
+                   description="Only the session's owner or an admin may answer. `accept` needs `content` valid "
+                               "against the requested schema; the waiting call goes on with the answer.",
+                   request=ElicitationAnswer, responses={200: ElicitationView, **error_responses(
+                       _400=("invalid", "unknown_field", "mcp_elicitation_content_invalid"),
+                       _403="mcp_elicitation_forbidden", _404="mcp_elicitation_not_found",
+                       _409="mcp_elicitation_settled")})
+    def post(self, request: Request, elicitation_id: int) -> Response:
+        body = ElicitationAnswer(data=request.data)
+        body.is_valid(raise_exception=True)
+        row = mcp_elicitation_answer(user=caller(request), elicitation_id=elicitation_id,
+                                     action=body.validated_data["action"],
+                                     content=body.validated_data.get("content"))
+        return Response(elicitation_view(row))
+
+
+__all__ = ["ElicitationAnswerView", "ElicitationList", "ServerDetail", "ServerList", "ServerTools"]

@@ -49,7 +49,9 @@ def translate_event(event: SessionEvent) -> dict[str, Any]:
     }
 
 
-LIVE_TYPES = frozenset({"tool.progress"})  # live deltas other than the reply's text (an MCP call's progress)
+# Live deltas other than the reply's text: an MCP call's progress (in its session; in an async task's
+# parent conversation for the task strip), an MCP server's elicitation card.
+LIVE_TYPES = frozenset({"tool.progress", "task.progress", "mcp.elicitation"})
 
 
 def translate_delta(payload: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ only a process that opens a connection imports :mod:`skald.mcp.client` and the S
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,11 +47,12 @@ class ServerSpec:
     headers: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None
     address: str = ""  # http: the address the SSRF screen passed; the connection goes there only
+    sandbox: Any = None  # stdio: a loop.tools.sandbox.Bubblewrap the program starts in (None: unconfined)
 
     @property
     def fingerprint(self) -> tuple[Any, ...]:
         return (self.transport, self.argv, self.url, tuple(sorted(self.env.items())),
-                tuple(sorted(self.headers.items())), self.cwd, self.address)
+                tuple(sorted(self.headers.items())), self.cwd, self.address, self.sandbox)
 
 
 Progress = Callable[[float, float | None, str | None], None]
@@ -62,3 +63,46 @@ class CallResult:
     content: list[dict[str, Any]]
     structured: Any
     is_error: bool
+
+
+# --- what a server may ask of the client during a call (docs/mcp.md, "Elicitation", "Sampling") ---
+
+@dataclass(frozen=True)
+class ElicitRequest:
+    """A server's ``elicitation/create`` (form mode): a message and the JSON Schema of the answer."""
+
+    message: str
+    schema: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ElicitAnswer:
+    action: str  # accept | decline | cancel
+    content: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class SampleRequest:
+    """A server's ``sampling/createMessage``, text only: ``messages`` as (role, text) pairs."""
+
+    messages: tuple[tuple[str, str], ...]
+    system: str
+    max_tokens: int
+    temperature: float | None = None
+
+
+@dataclass(frozen=True)
+class SampleAnswer:
+    text: str
+    model: str
+    stop_reason: str = "endTurn"
+
+
+class SamplingRefused(Exception):
+    """A sampling request Skald does not serve; the server receives the message as an MCP error."""
+
+
+# Run on the pool's event loop: it must never block it (it awaits its waits).
+Elicit = Callable[[ElicitRequest], Awaitable[ElicitAnswer]]
+# Run on a thread of its own, off the event loop (a provider call blocks).
+Sample = Callable[[SampleRequest], SampleAnswer]

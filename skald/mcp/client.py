@@ -14,6 +14,12 @@ transport raises :class:`McpUnavailable`, a :class:`loop.tools.infra.ToolInfrast
 Cancellation: a stop cancels the call's task, so the SDK sends ``notifications/cancelled``; a stdio
 server that then does not answer a ping within :data:`CANCEL_GRACE` seconds has its process group
 killed (it was started in a session of its own).
+
+A server's requests during a call (``elicitation/create``, ``sampling/createMessage``) reach the
+call's own handlers (:class:`_Inflight`). The protocol does not say which call such a request
+belongs to (the session is shared by every call to the server in this process), so it is served
+only while exactly one call is in flight on the connection, and refused otherwise. While a person
+answers an elicitation, the call's own timeout is paused.
 """
 
 from __future__ import annotations
@@ -23,14 +29,15 @@ import atexit
 import concurrent.futures
 import json
 import logging
+import math
 import os
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager, suppress
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import anyio
@@ -44,11 +51,24 @@ from mcp.shared.message import SessionMessage
 
 from loop import tracing
 from loop.cancellation import CancelToken
-from skald.mcp.calls import CallResult, McpCallCancelled, McpCallError, McpUnavailable, Progress, ServerSpec
+from skald.mcp.calls import (
+    CallResult,
+    Elicit,
+    ElicitRequest,
+    McpCallCancelled,
+    McpCallError,
+    McpUnavailable,
+    Progress,
+    Sample,
+    SampleRequest,
+    SamplingRefused,
+    ServerSpec,
+)
 from skald.mcp.definitions import Definition
 
 logger = logging.getLogger(__name__)
 
+_SAMPLERS = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="mcp-sample")
 CANCEL_GRACE = 1.0  # seconds a stdio server has to answer after a cancellation before it is killed
 CONNECT_TIMEOUT = 15.0
 REAP_EVERY = 30.0
@@ -91,8 +111,11 @@ async def _stdio(spec: ServerSpec, handle: _Process) -> AsyncIterator[tuple[Any,
     """Start the server in a process group of its own (so a kill reaches its children) and carry
     newline-delimited JSON-RPC, as the SDK's ``stdio_client`` does; kept here because the pool
     must know the process to kill its group and to see it die."""
-    process = await anyio.open_process(list(spec.argv), env=dict(spec.env), cwd=spec.cwd, start_new_session=True,
-                                       stderr=subprocess.DEVNULL)
+    argv, env, cwd = list(spec.argv), dict(spec.env), spec.cwd
+    if spec.sandbox is not None:  # bubblewrap (skald/mcp/sandbox.py); it dies with its parent, the group's leader
+        launch = spec.sandbox.launch(argv[0], argv, workspace=cwd, env=env)
+        argv, env, cwd = launch.args, launch.env, launch.cwd
+    process = await anyio.open_process(argv, env=env, cwd=cwd, start_new_session=True, stderr=subprocess.DEVNULL)
     handle.pid, handle.process = process.pid, process
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
@@ -141,6 +164,47 @@ async def _stdio(spec: ServerSpec, handle: _Process) -> AsyncIterator[tuple[Any,
             group.cancel_scope.cancel()
 
 
+# --- one call in flight ---------------------------------------------------------------------------
+
+@dataclass
+class _Inflight:
+    """A call in flight, with what serves the server's requests during it and its own deadline
+    (an anyio cancel scope, so a person's answer time can be taken out of it)."""
+
+    elicit: Elicit | None = None
+    sample: Sample | None = None
+    scope: anyio.CancelScope = field(default_factory=lambda: None)  # type: ignore[assignment]  # made on the loop
+    waits: set[asyncio.Task[Any]] = field(default_factory=set)  # elicitations awaiting a person
+    _paused: int = 0
+    _left: float = 0.0
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        if self._paused == 0:
+            self._left = max(0.0, self.scope.deadline - anyio.current_time())
+            self.scope.deadline = math.inf
+        self._paused += 1
+        try:
+            yield
+        finally:
+            self._paused -= 1
+            if self._paused == 0:
+                self.scope.deadline = anyio.current_time() + self._left
+
+
+def _refuse(message: str) -> mcp_types.ErrorData:
+    return mcp_types.ErrorData(code=mcp_types.INVALID_REQUEST, message=message)
+
+
+def _sample_request(params: mcp_types.CreateMessageRequestParams) -> SampleRequest:
+    messages: list[tuple[str, str]] = []
+    for message in params.messages:
+        blocks = message.content if isinstance(message.content, list) else [message.content]
+        messages.append((message.role, "\n".join(b.text for b in blocks if isinstance(b, mcp_types.TextContent))))
+    return SampleRequest(messages=tuple(messages), system=params.system_prompt or "", max_tokens=params.max_tokens,
+                         temperature=params.temperature)
+
+
 # --- one connection -----------------------------------------------------------------------------
 
 class _Connection:
@@ -157,11 +221,13 @@ class _Connection:
         self.last_used = time.monotonic()
         self.on_list_changed = on_list_changed
         self.task: asyncio.Task[None] | None = None
+        self.calls: list[_Inflight] = []
 
     async def run(self) -> None:
         try:
             async with self._transport() as (read, write):
-                async with ClientSession(read, write, message_handler=self._message) as session:
+                async with ClientSession(read, write, message_handler=self._message,
+                                         elicitation_callback=self._elicit, sampling_callback=self._sample) as session:
                     with anyio.fail_after(CONNECT_TIMEOUT):
                         await session.initialize()
                         self.listing = tuple(definition_of(t) for t in await self._list_all(session))
@@ -203,6 +269,46 @@ class _Connection:
         if isinstance(message, mcp_types.ToolListChangedNotification) and self.on_list_changed is not None:
             callback, name = self.on_list_changed, self.spec.name
             threading.Thread(target=callback, args=(name,), name=f"mcp-list-changed:{name}", daemon=True).start()
+
+    def _sole_call(self) -> _Inflight | None:
+        return self.calls[0] if len(self.calls) == 1 else None
+
+    async def _elicit(self, context: Any, params: mcp_types.ElicitRequestParams) -> Any:
+        """``elicitation/create``: the call's owner answers (skald.mcp.elicitation); the call's
+        timeout is paused meanwhile."""
+        call = self._sole_call()
+        if call is None or call.elicit is None:
+            return _refuse("Skald serves an elicitation only during a single call of this server "
+                           f"({len(self.calls)} in flight)")
+        if not isinstance(params, mcp_types.ElicitRequestFormParams):
+            return _refuse("Skald supports form elicitation only")
+        task = asyncio.current_task()
+        if task is not None:
+            call.waits.add(task)  # a call that ends (a stop) withdraws its cards
+        try:
+            with call.paused():
+                answer = await call.elicit(ElicitRequest(message=params.message, schema=dict(params.requested_schema)))
+        except Exception as exc:
+            logger.exception("MCP server %s: elicitation failed", self.spec.name)
+            return mcp_types.ErrorData(code=mcp_types.INTERNAL_ERROR, message=_describe(exc))
+        finally:
+            if task is not None:
+                call.waits.discard(task)
+        content = dict(answer.content) if answer.action == "accept" and answer.content is not None else None
+        return mcp_types.ElicitResult(action=answer.action, content=content)  # type: ignore[arg-type]
+
+    async def _sample(self, context: Any, params: mcp_types.CreateMessageRequestParams) -> Any:
+        """``sampling/createMessage``: the calling frame's provider, on a thread off the loop."""
+        call = self._sole_call()
+        if call is None or call.sample is None:
+            return _refuse(f"Skald serves sampling only during a single call of this server ({len(self.calls)} in "
+                           "flight)")
+        try:
+            answer = await asyncio.get_running_loop().run_in_executor(_SAMPLERS, call.sample, _sample_request(params))
+        except SamplingRefused as exc:
+            return _refuse(str(exc))
+        return mcp_types.CreateMessageResult(role="assistant", model=answer.model, stop_reason=answer.stop_reason,
+                                             content=mcp_types.TextContent(type="text", text=answer.text))
 
     @property
     def alive(self) -> bool:
@@ -293,8 +399,10 @@ class McpPool:
         return self._submit(self._listing(spec, fresh), timeout=CONNECT_TIMEOUT + 5, server=spec.name)
 
     def call(self, spec: ServerSpec, tool: str, arguments: Mapping[str, Any], *, cancel: CancelToken,
-             timeout: float, on_progress: Progress | None = None) -> CallResult:
-        """Call ``tool``; a stop on ``cancel`` cancels it (``notifications/cancelled``).
+             timeout: float, on_progress: Progress | None = None, elicit: Elicit | None = None,
+             sample: Sample | None = None) -> CallResult:
+        """Call ``tool``; a stop on ``cancel`` cancels it (``notifications/cancelled``). ``elicit`` and
+        ``sample`` serve the server's requests during the call (refused without them).
 
         Raises:
             McpUnavailable: transport failure or dead server (infrastructure).
@@ -307,7 +415,8 @@ class McpPool:
         # an HTTP transport copies it into the traceparent header (_traceparent_header).
         traceparent = tracing.tracer.traceparent() if tracing.enabled else ""
         future = asyncio.run_coroutine_threadsafe(
-            self._call(spec, tool, dict(arguments), timeout, on_progress, traceparent=traceparent), loop)
+            self._call(spec, tool, dict(arguments), timeout, on_progress, traceparent=traceparent,
+                       inflight=_Inflight(elicit=elicit, sample=sample)), loop)
         def stop() -> None:
             loop.call_soon_threadsafe(future.cancel)
 
@@ -379,17 +488,25 @@ class McpPool:
         return connection.listing
 
     async def _call(self, spec: ServerSpec, tool: str, arguments: dict[str, Any], timeout: float,
-                    on_progress: Progress | None = None, *, traceparent: str = "") -> CallResult:
+                    on_progress: Progress | None = None, *, traceparent: str = "",
+                    inflight: _Inflight | None = None) -> CallResult:
         connection = await self._connection(spec)
         session = connection.session
         if session is None:
             raise McpUnavailable(spec.name, connection.error or "the connection ended")
+        # The call's deadline is its own scope's (not the SDK's read timeout), so an elicitation
+        # can pause it while a person answers.
+        call = inflight or _Inflight()
+        call.scope = anyio.CancelScope(deadline=anyio.current_time() + timeout)
         connection.inflight += 1
+        connection.calls.append(call)
         connection.last_used = time.monotonic()
+        result: Any = None
         try:
-            result = await session.call_tool(tool, arguments, read_timeout_seconds=timeout,
-                                             progress_callback=_progress(on_progress) if on_progress else None,
-                                             meta=_meta(traceparent))
+            with call.scope:
+                result = await session.call_tool(tool, arguments,
+                                                 progress_callback=_progress(on_progress) if on_progress else None,
+                                                 meta=_meta(traceparent))
         except MCPError as exc:
             if not connection.alive or exc.error.code == mcp_types.CONNECTION_CLOSED:
                 connection.dead = True
@@ -404,7 +521,12 @@ class McpPool:
             raise McpUnavailable(spec.name, _describe(exc)) from None
         finally:
             connection.inflight -= 1
+            connection.calls.remove(call)
+            for wait in list(call.waits):
+                wait.cancel()
             connection.last_used = time.monotonic()
+        if result is None:  # the deadline passed (raised here: a TimeoutError is an OSError, the transport's)
+            raise TimeoutError(f"MCP server {spec.name!r} did not answer within {timeout:g} s")
         content = [block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content]
         return CallResult(content=content, structured=result.structured_content, is_error=bool(result.is_error))
 

@@ -41,6 +41,8 @@ class McpServer(models.Model):
     trust = models.CharField(max_length=10, choices=McpTrust.choices, default=McpTrust.UNTRUSTED)
     agents = models.JSONField(default=list, blank=True, help_text='Agent names that get its tools, or ["*"].')
     enabled = models.BooleanField(default=False)
+    allow_sampling = models.BooleanField(default=False, help_text="Serve its sampling requests with the calling "
+                                                                  "frame's model (tokens charged to its budget).")
     status = models.CharField(max_length=10, choices=McpServerStatus.choices, default=McpServerStatus.NEW)
     last_error = models.CharField(max_length=500, blank=True)
     checked_at = models.DateTimeField(null=True, blank=True)
@@ -89,3 +91,45 @@ class McpTool(models.Model):
 
     def __str__(self) -> str:
         return f"mcp__{self.server.name}__{self.name}" if self.server_id else self.name
+
+
+class McpElicitationStatus(models.TextChoices):
+    PENDING = "pending"
+    ACCEPTED = "accepted"
+    DECLINED = "declined"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+
+
+class McpElicitation(models.Model):
+    """A server's ``elicitation/create`` during a call: a card for the session's owner.
+
+    Written only through :mod:`skald.mcp.elicitation`. The server waits for the answer (the call's
+    timeout paused) until ``expires_at``; then the card is ``expired`` and the server told ``decline``.
+    """
+
+    server = models.CharField(max_length=40, help_text="The server's name (kept if the server is deleted).")
+    tool = models.CharField(max_length=120, help_text="The call's tool, as offered (mcp__server__tool).")
+    session = models.ForeignKey("loop.Session", on_delete=models.CASCADE, related_name="mcp_elicitations")
+    exchange_id = models.BigIntegerField()
+    tool_call_id = models.BigIntegerField(default=0)
+    message = models.TextField()
+    requested_schema = models.JSONField(default=dict)
+    status = models.CharField(max_length=10, choices=McpElicitationStatus.choices,
+                              default=McpElicitationStatus.PENDING)
+    answer = models.JSONField(null=True, blank=True, help_text="The accepted content.")
+    answered_by = models.CharField(max_length=64, blank=True, help_text="The principal that answered.")
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    answered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "MCP elicitation"
+        indexes = [models.Index(fields=["session", "status"], name="mcp_elicitation_session")]
+        constraints = [models.CheckConstraint(
+            condition=models.Q(status__in=["pending", "accepted", "declined", "cancelled", "expired"]),
+            name="mcp_elicitation_status_known")]
+
+    def __str__(self) -> str:
+        return f"{self.tool}: {self.message[:60]}"

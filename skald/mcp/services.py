@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from skald.mcp.client import McpPool
 
 logger = logging.getLogger(__name__)
-SERVER_INPUT = ("name", "transport", "argv", "url", "secret_env", "secret_headers", "trust", "agents", "enabled")
+SERVER_INPUT = ("name", "transport", "argv", "url", "secret_env", "secret_headers", "trust", "agents", "enabled",
+                "allow_sampling")
 
 
 def pool() -> McpPool:
@@ -62,7 +63,7 @@ def _view(server: McpServer) -> dict[str, Any]:
     """What the audit row records of a server (file paths of secrets, never their content)."""
     return {"name": server.name, "transport": server.transport, "argv": server.argv, "url": server.url,
             "secret_env": server.secret_env, "secret_headers": server.secret_headers, "trust": server.trust,
-            "agents": server.agents, "enabled": server.enabled}
+            "agents": server.agents, "enabled": server.enabled, "allow_sampling": server.allow_sampling}
 
 
 def _validated(data: Mapping[str, Any], *, current: McpServer | None) -> dict[str, Any]:
@@ -85,6 +86,10 @@ def _validated(data: Mapping[str, Any], *, current: McpServer | None) -> dict[st
     if not isinstance(merged.get("enabled", False), bool):
         raise config.McpConfigError("enabled must be a boolean", code="mcp_enabled_invalid", field="enabled")
     merged["enabled"] = bool(merged.get("enabled", False))
+    if not isinstance(merged.get("allow_sampling", False), bool):
+        raise config.McpConfigError("allow_sampling must be a boolean", code="mcp_enabled_invalid",
+                                    field="allow_sampling")
+    merged["allow_sampling"] = bool(merged.get("allow_sampling", False))
     merged["agents"] = config.check_agents(merged.get("agents", []))
     if transport == McpTransport.STDIO:
         merged["argv"] = config.check_argv(merged.get("argv"))
@@ -193,7 +198,10 @@ def server_spec(server: McpServer) -> ServerSpec:
 
         env = {k: v for k, v in hermetic_env().items() if k in DEFAULT_INHERITED_ENV_VARS}
         env.update(config.read_secrets(server.secret_env))
-        return ServerSpec(name=server.name, transport="stdio", argv=tuple(server.argv), env=env, cwd=str(root))
+        from skald.mcp.sandbox import stdio_confinement
+
+        return ServerSpec(name=server.name, transport="stdio", argv=tuple(server.argv), env=env, cwd=str(root),
+                          sandbox=stdio_confinement(server.argv))
     screened = config.screen_url(server.url)
     return ServerSpec(name=server.name, transport="http", url=server.url, address=screened.address,
                       headers=config.read_secrets(server.secret_headers))

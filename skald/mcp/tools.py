@@ -34,7 +34,7 @@ from loop.ports import Tool, ToolContext
 from loop.tools.hints import RestartHint
 from loop.tools.infra import ToolOutcomeUnknown
 from skald.mcp import metrics, tools_cache
-from skald.mcp.calls import CallResult, McpCallError, McpUnavailable
+from skald.mcp.calls import CallResult, Elicit, ElicitAnswer, ElicitRequest, McpCallError, McpUnavailable
 from skald.mcp.config import McpConfigError
 from skald.mcp.definitions import hints, offered_name
 
@@ -51,6 +51,9 @@ class McpToolProxy:
     annotations: Mapping[str, Any] = field(default_factory=dict)
     trusted: bool = False
     trace_kind: ClassVar[str] = "mcp"  # what its execute_tool span says it is (skald.tracing)
+    # No kernel timeout: the call's own deadline (the frame's tool_timeout bound, in the pool) replaces
+    # it, because an elicitation pauses that deadline while a person answers (skald/mcp/client.py).
+    timeout: ClassVar[None] = None
 
     @property
     def concurrency_safe(self) -> bool:
@@ -65,6 +68,7 @@ class McpToolProxy:
 
     def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
         from skald.mcp.models import McpServer, McpTool, McpToolStatus
+        from skald.mcp.sampling import sampler
         from skald.mcp.services import mcp_server_refresh, mcp_server_status_record, pool, server_spec
 
         row = McpTool.objects.select_related("server").filter(server__name=self.server, name=self.tool).first()
@@ -92,12 +96,14 @@ class McpToolProxy:
                             code=f"mcp_tool_{state}")
         if server.status != "connected":
             mcp_server_status_record(server=server, error="")
-        timeout = float(context.timeout or settings.SKALD_MCP_CALL_TIMEOUT_SECONDS)
+        timeout = call_timeout(context)
         started = time.monotonic()
         try:
             try:
                 result = pool().call(spec, self.tool, arguments, cancel=context.cancel, timeout=timeout,
-                                     on_progress=self._reporter(context))
+                                     on_progress=self._reporter(context), elicit=self._elicitor(context),
+                                     sample=sampler(server=self.server, allowed=server.allow_sampling,
+                                                    tool=self.name, context=context))
             except McpUnavailable as exc:
                 mcp_server_status_record(server=server, error=exc.detail)
                 if self.restart_hint != RestartHint.RERUN:
@@ -106,7 +112,9 @@ class McpToolProxy:
                 # Safe to repeat: once more, on the connection the pool opens afresh (a second failure is
                 # the infrastructure's).
                 result = pool().call(spec, self.tool, arguments, cancel=context.cancel, timeout=timeout,
-                                     on_progress=self._reporter(context))
+                                     on_progress=self._reporter(context), elicit=self._elicitor(context),
+                                     sample=sampler(server=self.server, allowed=server.allow_sampling,
+                                                    tool=self.name, context=context))
                 mcp_server_status_record(server=server, error="")
         except McpUnavailable as exc:
             mcp_server_status_record(server=server, error=exc.detail)
@@ -122,20 +130,62 @@ class McpToolProxy:
             raise ToolError(text or "the tool reported an error", code="mcp_tool_error")
         return text
 
+    def _elicitor(self, context: ToolContext) -> Elicit:
+        """A server's ``elicitation/create`` during this call: a card for the session's owner, awaited
+        on the pool's event loop (:mod:`skald.mcp.elicitation`)."""
+        from skald.mcp.elicitation import elicit
+
+        async def ask(request: ElicitRequest) -> ElicitAnswer:
+            return await elicit(server=self.server, tool=self.name, scope=context.scope, call_id=context.call_id,
+                                request=request)
+
+        return ask
 
     def _reporter(self, context: ToolContext) -> Callable[[float, float | None, str | None], None]:
         """``notifications/progress`` → a live ``tool.progress`` delta to the session's viewers (the
-        console's status line; never durable)."""
+        console's status line; never durable). A call inside an async task also tells the task's
+        parent conversation (``task.progress``: its task strip), looked up at the first report."""
         from skald.loop_adapters.bus import ChannelsBus
 
         bus, scope = ChannelsBus(), context.scope
+        task: list[tuple[int, int] | None] = []
 
         def report(progress: float, total: float | None, message: str | None) -> None:
+            said = {"tool": self.name, "progress": progress, "total": total, "message": (message or "")[:200]}
             bus.delta(scope.session_id, {"type": "tool.progress", "exchange": scope.exchange_id,
-                                         "call": context.call_id, "tool": self.name, "progress": progress,
-                                         "total": total, "message": (message or "")[:200]})
+                                         "call": context.call_id, **said})
+            if not task:
+                task.append(task_of(scope.session_id))
+            if task[0] is not None:
+                job, parent = task[0]
+                bus.delta(parent, {"type": "task.progress", "job": job, **said})
 
         return report
+
+
+def task_of(session_id: int) -> tuple[int, int] | None:
+    """``(job id, parent session id)`` when ``session_id`` is an async task's own conversation.
+    Called on a helper thread of the pool's: its database connection is closed after (a caller
+    inside a transaction keeps its own)."""
+    from django.db import connection
+
+    from skald.jobs.models import JobKind, ScheduledJob
+
+    try:
+        row = (ScheduledJob.objects.filter(child_session_id=session_id, kind=JobKind.TASK)
+               .values_list("pk", "parent_session_id").first())
+    finally:
+        if not connection.in_atomic_block:
+            connection.close()
+    return (row[0], row[1]) if row is not None and row[1] is not None else None
+
+
+def call_timeout(context: ToolContext) -> float:
+    """The call's deadline: the calling frame's ``tool_timeout`` bound (the kernel's own timeout for
+    any other tool), else ``SKALD_MCP_CALL_TIMEOUT_SECONDS``."""
+    bounds = getattr(getattr(context.frame, "env", None), "bounds", None)
+    bound = getattr(bounds, "tool_timeout", None) or context.timeout
+    return float(bound or settings.SKALD_MCP_CALL_TIMEOUT_SECONDS)
 
 
 def result_text(result: CallResult) -> str:

@@ -34,6 +34,8 @@
   let childAnswer = "";
   const known = new Map();  // session id → the session as the API last answered it (owner, case, badge)
   const strip = window.SkaldTaskStrip.create($("tasks"), {source: "web", api, onOpen: (id) => open(id)});
+  // An MCP server's questions to the session's owner (static/skald/elicitation.js).
+  const asked = window.SkaldElicitation.create({api, append: (li) => append(li), myId});
 
   function el(tag, cls, value) {
     const n = document.createElement(tag);
@@ -253,6 +255,13 @@
     }
   }
 
+  // An MCP server asked the owner something: its card in the log; the status line says so while it waits.
+  function elicitationShown(event) {
+    asked.show(event);
+    if (event.status === "pending") say(`${event.tool} is waiting for an answer`);
+    else if (!asked.waiting()) say("The agent is working");
+  }
+
   // The draft goes (a stop, or its exchange ended without a row for it).
   function dropDraft() {
     if ($("live").textContent) discarded = true;
@@ -271,6 +280,8 @@
       live.scrollTop = live.scrollHeight;
       return;
     }
+    if (event.type === "mcp.elicitation") { elicitationShown(event); return; }
+    if (event.type === "task.progress") { const text = strip.progress(event); if (text) say(text); return; }
     if (event.type === "tool.progress") {  // an MCP call's notifications/progress: the status line only
       if (ended.has(event.exchange)) return;
       const of = event.total ? ` of ${event.total}` : "";
@@ -392,6 +403,7 @@
     $("events").innerHTML = ""; $("live").textContent = "";
     say("");  // "Session #N", until its events say what it is doing
     strip.load();
+    asked.clear(); asked.load(id);
     document.querySelectorAll("#sessions li").forEach((li) => li.classList.toggle("current", li.dataset.id == id));
     connect();
     if (!known.has(id)) {  // a task's session, not in the list yet

@@ -1,7 +1,8 @@
 // The task strip (SPEC S5, O4): running and recently failed async tasks of a chat source.
 // Self-contained: it loads from GET /api/{source}/tasks, then follows `task.update` events that the
 // console hands it (a reload therefore shows the same strip). Successes leave the strip once
-// delivered: their result is already a message in the conversation.
+// delivered: their result is already a message in the conversation. A running task's MCP call that
+// reports progress (`task.progress`, live only) shows it beside the task until the task moves on.
 (function () {
   const SHOWN = new Set(["queued", "running", "failed", "refused", "succeeded", "cancelled"]);
   // A failure or a refusal stays in the strip once delivered: the user should see it went wrong.
@@ -33,6 +34,12 @@
         link.title = t.task + (t.error ? `\n${t.error}` : "") + (t.output ? `\n\n${t.output}` : "");
         link.onclick = (e) => { e.preventDefault(); if (t.child_session && options.onOpen) options.onOpen(t.child_session); };
         item.appendChild(link);
+        if (t.progress && (t.status === "running" || t.status === "queued") && !t.delivered) {
+          const progress = document.createElement("span");
+          progress.className = "task-progress";
+          progress.textContent = ` — ${t.progress}`;
+          item.appendChild(progress);
+        }
         if (t.kind === "cron" && t.output) {  // the result inline, clipped; the link opens the whole run
           const output = document.createElement("span");
           output.className = "task-output";
@@ -59,6 +66,16 @@
         if (!payload || (payload.kind !== "task" && payload.kind !== "cron")) return;
         tasks.set(payload.job, {...(tasks.get(payload.job) || {}), ...payload});
         render();
+      },
+      // An MCP call's notifications/progress inside a task: "tool: 2 of 3 — step 2". Returns the
+      // text (for the console's status line), or "" for a task this strip does not show.
+      progress(p) {
+        const t = tasks.get(p.job);
+        if (!t) return "";
+        t.progress = `${p.tool}: ${p.progress}${p.total ? ` of ${p.total}` : ""}${p.message ? ` — ${p.message}` : ""}`;
+        t.status = t.status === "queued" ? "running" : t.status;
+        render();
+        return `#${t.job} ${t.agent}: ${t.progress}`;
       },
       clear() { tasks.clear(); render(); },
     };

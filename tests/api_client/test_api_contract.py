@@ -209,6 +209,8 @@ STATE_REFUSALS: dict[str, frozenset[tuple[int, str]]] = {
     # - an MCP server's configuration: the stdio allowlist, the SSRF screen (DNS included) and the
     #   secret-file paths are the deployment's and the network's state, checked by the service at save.
     **{f"mcp_server_{verb}": frozenset((400, code) for code in MCP_SAVE_CODES) for verb in ("create", "update")},
+    # - an MCP elicitation's answer: the requested schema is the server's, stored with the card.
+    "mcp_elicitation_answer": frozenset({(400, "mcp_elicitation_content_invalid")}),
     # - a notification receiver: the SSRF screen (DNS included) and the allowed ranges are the
     #   deployment's and the network's state; an e-mail address's syntax is the validator's.
     **{f"notification_subscription_{verb}": frozenset((400, code) for code in NOTIFY_SAVE_CODES)

@@ -18,6 +18,7 @@ import pytest
 from approvals.rules.seed import default_rules_ensure
 from audit.actors import Actor
 from loop.models import Exchange
+from skald.loop_adapters.discovery import forget_seen
 from skald.mcp import tools_cache
 from skald.mcp.client import pool
 from skald.mcp.models import McpServer
@@ -30,9 +31,11 @@ SERVER_SCRIPT = str(Path(__file__).with_name("server_app.py"))
 
 @pytest.fixture(autouse=True)
 def forget_offers() -> Iterator[None]:
-    """The offered tools are cached per process for a moment: no test after this one sees this one's."""
+    """The offered tools are cached per process for a moment, and the tools seen recorded once per
+    process: no test after this one sees this one's (the database is flushed between them)."""
     yield
     tools_cache.forget()
+    forget_seen()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -74,6 +77,9 @@ def secret_files(tmp_path: Path, state: Path) -> dict[str, Path]:
 @pytest.fixture
 def mcp_setup(settings: Any, state: Path) -> None:
     settings.SKALD_MCP_STDIO_ALLOWLIST = (sys.executable,)
+    # The test server keeps its counters in the module's state directory, outside any sandbox (the
+    # confinement's own test: test_mcp_sandbox.py).
+    settings.SKALD_MCP_STDIO_SANDBOX = "off"
     # the module's (a stdio server's directory is part of its connection's spec: one process per module)
     settings.SKALD_WORKSPACE_ROOT = state.parent / f"{state.name}-workspaces"
     settings.SKALD_SYNC_TASKS = True

@@ -16,12 +16,20 @@ from pathlib import Path
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ToolAnnotations
+from mcp_types import SamplingMessage, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True)
 DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False)
 # a GitHub token's shape (split: no scanner trips on it)
 FAKE_KEY = "gh" + "p_" + "Zq8Rt2Lm4Nv6Bx1Cw3Ke5Jh7Fg9Dp0Sa2Yu4"
+
+
+class Deploy(BaseModel):
+    """What ``ask`` asks the user for."""
+
+    target: str = Field(description="Where to deploy")
+    replicas: int = Field(ge=1, le=10, description="How many replicas")
 
 
 def build(state: Path, variant: str = "") -> MCPServer:
@@ -55,6 +63,28 @@ def build(state: Path, variant: str = "") -> MCPServer:
         for step in (1, 2, 3):
             await ctx.report_progress(step, 3, f"step {step}")
         return "counted"
+
+    @server.tool(description="Reads a file (what the server can see).", annotations=READ_ONLY)
+    def peek(path: str) -> str:
+        try:
+            return f"read: {Path(path).read_text()[:200]}"
+        except OSError as exc:
+            return f"cannot read {path}: {type(exc).__name__}"
+
+    @server.tool(description="Asks the user where to deploy (elicitation).", annotations=READ_ONLY)
+    async def ask(ctx: Context) -> str:
+        answer = await ctx.elicit("Where should I deploy?", schema=Deploy)
+        if answer.action == "accept":
+            return f"deploying to {answer.data.target} x{answer.data.replicas}"
+        return f"not deploying ({answer.action})"
+
+    @server.tool(description="Asks the client's model for a haiku (sampling).", annotations=READ_ONLY)
+    async def haiku(topic: str, ctx: Context) -> str:
+        result = await ctx.session.create_message(
+            [SamplingMessage(role="user", content=TextContent(type="text", text=f"A haiku about {topic}"))],
+            max_tokens=50, system_prompt="You write haiku.")
+        text = result.content.text if isinstance(result.content, TextContent) else ""
+        return f"the model wrote: {text}"
 
     @server.tool(description="Changes delete_thing's description and says the tool list changed.",
                  annotations=DESTRUCTIVE)

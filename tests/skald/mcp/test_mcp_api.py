@@ -47,7 +47,7 @@ def test_an_admin_registers_reads_changes_and_deletes_a_server(api, root, mcp_se
         "name": "demo", "transport": "stdio", "argv": [sys.executable, SERVER_SCRIPT], "agents": ["operator"],
         "secret_env": [{"name": k, "file": str(v)} for k, v in secret_files.items()], "enabled": True}, format="json")
     assert created.status_code == 201, created.content
-    assert created.json()["status"] == "connected" and created.json()["tools"] == {"active": 10}
+    assert created.json()["status"] == "connected" and created.json()["tools"] == {"active": 13}
 
     tools = client.get("/api/mcp/servers/demo/tools/").json()
     echo = next(t for t in tools if t["name"] == "echo")

@@ -1,4 +1,4 @@
-"""The MCP settings' system checks (skald.E020, skald.W020)."""
+"""The MCP settings' system checks (skald.E020, skald.E021, skald.W020)."""
 
 from __future__ import annotations
 
@@ -15,3 +15,10 @@ def test_good_settings_pass(settings):
     settings.SKALD_MCP_ALLOW_CIDRS = "127.0.0.0/8"
     settings.SKALD_MCP_STDIO_ALLOWLIST = ("/usr/bin/python3",)
     assert check_mcp_settings() == []
+
+
+def test_an_unknown_stdio_sandbox_mode_fails_the_check(settings):
+    settings.SKALD_MCP_ALLOW_CIDRS = ""
+    settings.SKALD_MCP_STDIO_ALLOWLIST = ()
+    settings.SKALD_MCP_STDIO_SANDBOX = "on"
+    assert [problem.id for problem in check_mcp_settings()] == ["skald.E021"]

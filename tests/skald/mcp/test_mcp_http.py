@@ -58,7 +58,7 @@ def http_server(mcp_setup: None, settings: Any, alice: Any, http_app: tuple[str,
 
 
 def test_it_discovers_and_calls_a_read_only_tool_over_one_pooled_session(http_server, ask, script, state):
-    assert McpTool.objects.filter(server=http_server, status=McpToolStatus.ACTIVE).count() == 10
+    assert McpTool.objects.filter(server=http_server, status=McpToolStatus.ACTIVE).count() == 13
     before, opened = counter(state, "echo"), pool().started
     provider = script(tool_turn(("mcp__remote__echo", {"text": "over http"})),
                       tool_turn(("mcp__remote__echo", {"text": "twice"})), text_turn("done"))

@@ -56,7 +56,7 @@ def test_it_discovers_pins_and_offers_each_tool_as_mcp_server_tool(stdio_server,
 
     tools = {t.name: t for t in McpTool.objects.filter(server=server)}
     assert set(tools) == {"echo", "delete_thing", "broken", "leak", "steps", "mutate", "slow", "hang", "die",
-                          "read_once_dies"}
+                          "read_once_dies", "peek", "ask", "haiku"}
     assert tools["echo"].annotations == {"readOnlyHint": True, "idempotentHint": True}
     assert len(tools["echo"].digest) == 64 and tools["echo"].status == McpToolStatus.ACTIVE
     assert {"mcp__demo__echo", "mcp__demo__delete_thing", "read_file"} <= offered(provider)
@@ -89,7 +89,7 @@ def test_a_read_only_tool_of_a_trusted_server_runs_without_approval(stdio_server
     metrics = client.get("/metrics").content.decode()
     assert 'skald_mcp_calls_total{server="demo",status="completed"} 1.0' in metrics
     assert 'skald_mcp_call_seconds_count{server="demo"}' in metrics
-    assert 'skald_mcp_tools{server="demo",status="active"} 10.0' in metrics
+    assert 'skald_mcp_tools{server="demo",status="active"} 13.0' in metrics
 
 
 def test_a_read_only_tool_of_an_untrusted_server_needs_approval(stdio_server, ask, script, state):
