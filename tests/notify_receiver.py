@@ -20,6 +20,7 @@ class Received:
     webhook_id: str
     payload: dict[str, Any]
     answered: int
+    path: str = ""  # the request target: path and query
 
 
 @dataclass
@@ -59,7 +60,7 @@ def webhook_receiver(secret: str = "") -> Iterator[Receiver]:
                     status = 401
                 else:
                     status = receiver.answers.pop(0) if receiver.answers else receiver.otherwise
-                    receiver.received.append(Received(headers.get("webhook-id", ""), payload, status))
+                    receiver.received.append(Received(headers.get("webhook-id", ""), payload, status, self.path))
             self.send_response(status)
             self.send_header("content-length", "0")
             self.end_headers()

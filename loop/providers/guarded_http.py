@@ -56,9 +56,11 @@ class OutboundPolicy:
 
 
 def guarded_request(method: str, url: str, *, policy: OutboundPolicy, headers: Mapping[str, str] | None = None,
-                    data: Mapping[str, Any] | None = None, content: bytes | None = None) -> httpx.Response:
+                    data: Mapping[str, Any] | None = None, content: bytes | None = None,
+                    query: bool = False) -> httpx.Response:
     """Send one request under ``policy`` and return the whole response (read, closed). ``data`` is
-    sent form-encoded, ``content`` as the exact body bytes (a signed webhook).
+    sent form-encoded, ``content`` as the exact body bytes (a signed webhook); ``query`` admits a
+    query string in ``url`` (a receiver whose URL carries its own signature).
 
     Raises:
         ProviderError: ``provider_url_invalid``, ``provider_ssrf_refused``, ``provider_dns_failed``,
@@ -66,7 +68,7 @@ def guarded_request(method: str, url: str, *, policy: OutboundPolicy, headers: M
             ``provider_transport``; the message never echoes the URL.
     """
     plain = url[:7].lower() == "http://"
-    endpoint = parse_endpoint("https://" + url[7:] if plain else url)
+    endpoint = parse_endpoint("https://" + url[7:] if plain else url, query=query)
     pinned = resolve_and_screen(endpoint.host, endpoint.port, policy.resolver, policy.allow_cidrs)
     address = ipaddress.ip_address(pinned)
     if plain and not any(address in network for network in _LOOPBACK):
@@ -74,6 +76,8 @@ def guarded_request(method: str, url: str, *, policy: OutboundPolicy, headers: M
     shown = f"[{pinned}]" if isinstance(address, ipaddress.IPv6Address) else pinned
     port = "" if endpoint.port == (80 if plain else 443) else f":{endpoint.port}"
     target = f"{'http' if plain else 'https'}://{shown}{port}{endpoint.path or '/'}"
+    if endpoint.query:
+        target += f"?{endpoint.query}"
     host_header = endpoint.host_header if not plain or endpoint.port == 443 else \
         (f"{endpoint.host}:{endpoint.port}" if endpoint.port != 80 else endpoint.host)
     transport = httpx.HTTPTransport(verify=ssl_context(policy.ca_file), retries=0, trust_env=False)

@@ -98,6 +98,7 @@ _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\Z")
 _NUMERIC_LABEL = re.compile(r"(?:[0-9]+|0x[0-9a-f]*)\Z")
 _PORT = re.compile(r"[1-9][0-9]{0,4}\Z")
 _PATH = re.compile(r"(?:/[A-Za-z0-9._~!$&'()*+,;=:@%-]*)*\Z")
+_QUERY = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:@%/?-]+\Z")  # RFC 3986 query characters, not empty
 
 
 def _refuse(reason: str) -> ProviderError:
@@ -302,12 +303,14 @@ class Endpoint:
         port: the TCP port (443 when absent).
         path: the base path without a trailing slash (``""`` or ``"/v1"``).
         ip: the literal address when the host is one, else None.
+        query: the query string (without ``?``), only where the caller admitted one.
     """
 
     host: str
     port: int
     path: str
     ip: IPAddress | None = None
+    query: str = ""
 
     @property
     def host_header(self) -> str:
@@ -316,11 +319,12 @@ class Endpoint:
         return shown if self.port == 443 else f"{shown}:{self.port}"
 
 
-def parse_endpoint(url: str) -> Endpoint:
+def parse_endpoint(url: str, *, query: bool = False) -> Endpoint:
     """Parse an ``https://host[:port][/path]`` URL; anything else is refused.
 
-    Refused: other schemes, userinfo, query, fragment, backslashes, whitespace, control or
-    non-ASCII characters, percent-encoding in the host, ports outside 1-65535 or with leading zeros.
+    Refused: other schemes, userinfo, query (unless ``query``: a receiver whose URL carries its
+    signature, such as a chat workflow's), fragment, backslashes, whitespace, control or non-ASCII
+    characters, percent-encoding in the host, ports outside 1-65535 or with leading zeros.
 
     Raises:
         ProviderError: ``provider_url_invalid`` (or ``provider_ssrf_refused`` for a disguised
@@ -330,9 +334,9 @@ def parse_endpoint(url: str) -> Endpoint:
         raise _invalid("URL contains whitespace, control, backslash or non-ASCII characters")
     if url[:8].lower() != "https://":
         raise _invalid("only https:// URLs are accepted")
-    rest = url[8:]
-    if "?" in rest or "#" in rest:
-        raise _invalid("query and fragment are not accepted")
+    rest, _, asked = url[8:].partition("?")
+    if "#" in url or (asked and not query) or (query and "?" in url and not _QUERY.match(asked)):
+        raise _invalid("query and fragment are not accepted" if not query else "malformed query or a fragment")
     slash = rest.find("/")
     authority, path = (rest, "") if slash < 0 else (rest[:slash], rest[slash:])
     if "@" in authority:
@@ -342,8 +346,8 @@ def parse_endpoint(url: str) -> Endpoint:
         raise _invalid("malformed path")
     parsed = parse_host(host)
     if isinstance(parsed, str):
-        return Endpoint(host=parsed, port=port, path=path.rstrip("/"))
-    return Endpoint(host=parsed.compressed, port=port, path=path.rstrip("/"), ip=parsed)
+        return Endpoint(host=parsed, port=port, path=path.rstrip("/"), query=asked)
+    return Endpoint(host=parsed.compressed, port=port, path=path.rstrip("/"), ip=parsed, query=asked)
 
 
 def _split_authority(authority: str) -> tuple[str, int]:

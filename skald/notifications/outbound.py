@@ -53,7 +53,7 @@ def screen_url(url: str) -> None:
                                 field="target")
     plain = url[:7].lower() == "http://"
     try:
-        endpoint = parse_endpoint("https://" + url[7:] if plain else url)
+        endpoint = parse_endpoint("https://" + url[7:] if plain else url, query=True)
         resolve_and_screen(endpoint.host, endpoint.port, _resolver, allow_cidrs())
     except ProviderError as exc:
         code = "notify_ssrf_refused" if exc.code == "provider_ssrf_refused" else "notify_url_invalid"
@@ -68,4 +68,4 @@ def post(url: str, body: bytes, headers: Mapping[str, str]) -> httpx.Response:
     """
     policy = OutboundPolicy(allow_cidrs=allow_cidrs(), timeout=float(settings.SKALD_NOTIFY_TIMEOUT_SECONDS),
                             resolver=_resolver)
-    return guarded_request("POST", url, policy=policy, headers=headers, content=body)
+    return guarded_request("POST", url, policy=policy, headers=headers, content=body, query=True)

@@ -17,6 +17,7 @@ from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from skald.core.errors import SkaldError
 from skald.notifications.models import Delivery, DeliveryStatus
+from skald.notifications.outbound import NotifyConfigError
 from skald.notifications.send import signed_headers
 from skald.notifications.services import notification_record, subscription_create, subscription_rotate_secret
 from tests.notify_receiver import webhook_receiver
@@ -88,6 +89,26 @@ def test_chat_receivers_get_what_is_asked_by_whom_the_risk_and_the_link(settings
     assert facts["What"] == "write_file asks for approval" and facts["Requested by"] == "alice"
     assert facts["Risk"] == "medium"
     assert card.payload["potentialAction"][0]["targets"][0]["uri"].endswith("/admin/x/1/change/")
+
+
+def test_a_chat_workflow_url_that_carries_its_signature_in_the_query_is_accepted_and_kept(settings, event):
+    """Teams' Workflows (Power Automate) URLs sign themselves in the query string: the screen admits a
+    query for a notification receiver (never a fragment), and the query reaches the receiver as is."""
+    settings.SKALD_SYNC_TASKS = True
+    settings.SKALD_NOTIFY_ALLOW_CIDRS = "127.0.0.0/8"
+    query = "api-version=2016-06-01&sp=%2Ftriggers%2Fmanual%2Frun&sv=1.0&sig=Zq8Rt2Lm4Nv6Bx1Cw3Ke5Jh7Fg9Dp0Sa2"
+    with webhook_receiver() as teams:
+        subscription_create(actor=ROBOT, owner=None, data={
+            "name": "teams workflow", "channel": "teams", "target": f"{teams.url}/workflows/7/invoke?{query}",
+            "events": ["approval.pending"]})
+        notification_record(event=event())
+    (card,) = teams.accepted()
+    assert card.path == f"/hooks/workflows/7/invoke?{query}"
+    for bad in (f"{teams.url}?a=1#frag", f"{teams.url}?a b", f"{teams.url}?"):
+        with pytest.raises(NotifyConfigError) as refused:
+            subscription_create(actor=ROBOT, owner=None, data={"name": "x", "channel": "teams", "target": bad,
+                                                               "events": ["approval.pending"]})
+        assert refused.value.code == "notify_url_invalid"
 
 
 class Inbox:
