@@ -16,7 +16,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -30,7 +30,7 @@ from skald.admin.timeline import receipt_rows, timeline_lines
 from skald.cases import runs as run_services
 from skald.cases.tickets import MAX_TICKET_BYTES, parse_ticket
 from skald.core.admin import ReadOnlyAdmin, admin_may_view
-from skald.core.errors import SkaldError
+from skald.core.errors import NotFound, SkaldError
 from skald.core.ids import new_token
 from skald.core.roles import GOVERNANCE_ROLES, Role, RoleRequired, has_role
 from skald.crosscheck import replay_verify_run
@@ -219,7 +219,10 @@ class RunAdmin(ReadOnlyAdmin):
     def replay_verify_view(self, request: HttpRequest, run_id: int) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
-        report = replay_verify_run(run_id=run_id)
+        try:
+            report = replay_verify_run(run_id=run_id)
+        except NotFound:
+            raise Http404(f"Run {run_id} does not exist.") from None
         level = messages.SUCCESS if report.ok else messages.ERROR
         text = f"Replay-verify: {'ok' if report.ok else 'MISMATCH'} — {report.exchanges} exchanges, " \
                f"{report.events} events" + (f", mismatches: {report.mismatches[:5]}" if report.mismatches else "")

@@ -210,3 +210,12 @@ def test_the_api_reports_a_tampered_run_as_200_not_ok(alice, api, run, script):
     set_payload(result, {**result.payload, "content": "edited"})
     body = api(alice).get(f"/api/runs/{run.pk}/replay-verify").json()
     assert body["ok"] is False and result.seq in [m.get("seq") for m in body["mismatches"]]
+
+
+def test_the_admins_replay_verify_of_a_run_that_does_not_exist_is_a_404_not_a_500(client):
+    """Found by the bad-input fuzz: the admin's button view let the service's NotFound through."""
+    from tests.conftest import make_user
+
+    client.force_login(make_user("root", superuser=True))
+    for run_id in ("999999", "9223372036854775807"):
+        assert client.get(f"/admin/skald/run/{run_id}/replay-verify/").status_code == 404
