@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -109,8 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     for kind, url in database_kinds(args):
         print(f"\n{kind} (jobs): {args.runs} runs per failpoint")
         print(f"{'scenario':12} {'failpoint':32} {'runs':>4} {'died':>4} {'once':>4} {'strand':>6} {'max s':>6}")
-        with forked_children() if not os.environ.get("CRASH_NO_FORK") else nullcontext(), \
-                database(kind, url) as db:
+        with forked_children(), database(kind, url) as db:
             for scenario, point in CASES:
                 rows = [crash_once(db, scenario, point, n) for n in range(args.runs)]
                 died = sum(r["died"] for r in rows)
