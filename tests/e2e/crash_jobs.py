@@ -79,12 +79,15 @@ def crash_once(db: Database, scenario: str, point: str, number: int = 0) -> dict
 
 
 def violations(report: dict[str, Any]) -> list[str]:
-    """The invariants: the worker died there; one run, ended once and delivered exactly once (one
-    delivery audit row, one delivered ``TaskUpdate``, a task's one ``task_completed``); nothing
-    due, dead-lettered or running; every exchange settled; rows and the audit chain intact."""
+    """The invariants: the worker died there, leaving one ended run undelivered; that run ended once
+    and was delivered exactly once (one delivery audit row, one delivered ``TaskUpdate``, a task's
+    one ``task_completed``); nothing due, dead-lettered or running; every exchange settled; rows
+    and the audit chain intact."""
     broken = []
     if not report["died"]:
         broken.append(f"the worker did not die at {report['point']} {report['worker_stderr']}")
+    if report["due_at_restart"] != 1:  # the kill came after the ending committed, before its delivery did
+        broken.append(f"the restarted worker found {report['due_at_restart']} ending(s) due, not 1")
     runs = report["runs"]
     if len(runs) != 1:
         broken.append(f"expected one run, found {len(runs)}")

@@ -187,8 +187,12 @@ def main(argv: list[str]) -> int:
         job_run_delivery_retry(run_id=run.pk, principal=f"user:{_user().pk}")
         return 0
     if role == "recover":
+        from skald.jobs.delivery import deliveries_due
+
+        # What the kill left: an ended run, due and undelivered (not delivered by the dead worker).
+        left = len(deliveries_due())
         seconds = _sweep_until_idle(float(os.environ.get("CRASH_TIMEOUT", "20")))
-        print(json.dumps(_report(workdir, seconds), default=str))
+        print(json.dumps({**_report(workdir, seconds), "due_at_restart": left}, default=str))
         return 0
     raise SystemExit(f"unknown role {role!r}; one of {ROLES}")
 

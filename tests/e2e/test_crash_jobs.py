@@ -39,6 +39,7 @@ def test_a_worker_killed_around_a_jobs_delivery_strands_nothing_and_the_sweep_de
         crash_db, scenario, point):
     report = crash_once(crash_db, scenario, point)
     assert violations(report) == []
+    assert report["due_at_restart"] == 1  # the dead worker had ended the run and not delivered it
     (run,) = report["runs"]
     assert run["delivered"] and (run["ended"], run["delivered_audit"], run["delivered_updates"]) == (1, 1, 1)
     assert report["undelivered"] == report["stranded"] == 0
