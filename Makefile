@@ -36,6 +36,8 @@ bench: $(STAMP)
 
 # Kill a worker at every failpoint N times (default 20), restart it, print the invariants table.
 # CRASH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/any also runs them on PostgreSQL.
+# Then the jobs points (issue 27, tests/e2e/crash_jobs.py): async task, cron run and dead-letter retry,
+# killed around their delivery; every ending delivered exactly once by the restarted worker's sweep.
 # STACK=1: through the real stack (daphne + qcluster + sweeper, three boots a run: slow).
 # Then the edges (issue 28): zombies (a worker SIGSTOPped mid-command past its lease, SIGCONTed after a
 # takeover: effects per call, stale writes applied) and idle kills (each idle worker of the real stack
@@ -47,7 +49,8 @@ IDLE_RUNS ?= 2
 crash: $(STAMP)
 	@if [ -n "$(IDLE)" ]; then $(PY) -m tests.e2e.crash_idle --runs $(IDLE); \
 	elif [ -n "$(STACK)" ]; then $(PY) -m tests.e2e.crash_stack --runs $(N); \
-	else $(PY) -m tests.e2e.crash --runs $(N) --jobs $(JOBS) && $(PY) -m tests.e2e.crash_zombie --runs $(N) \
+	else $(PY) -m tests.e2e.crash --runs $(N) --jobs $(JOBS) && $(PY) -m tests.e2e.crash_jobs --runs $(N) \
+		&& $(PY) -m tests.e2e.crash_zombie --runs $(N) \
 		&& $(PY) -m tests.e2e.crash_idle --runs $(IDLE_RUNS); fi
 
 clean:

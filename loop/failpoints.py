@@ -33,6 +33,8 @@ FAILPOINTS: tuple[str, ...] = (
     "delegation.before_child_close",
     "delegation.after_child_close",
     "delegation.before_delivery",
+    "jobs.after_run_end",
+    "jobs.during_dead_letter_retry",
     "approvals.after_take",
     "notify.before_send",
     "notify.after_claim",

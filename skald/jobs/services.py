@@ -19,6 +19,7 @@ from audit.actors import Actor
 from audit.kinds import AuditKind
 from audit.services import audit_append
 from loop.events import EventKind
+from loop.failpoints import failpoint
 from loop.masking import withhold_credentials
 from loop.models import Exchange, Session
 from skald import plugins
@@ -248,6 +249,9 @@ def job_run_finish(*, run_id: int, ending: Ending, output: str = "", exchange_id
                                                   "reason": ending.reason[:200],
                                                   **({} if returned is None else {"returned_tokens": returned})})
         announce(job, run)
+        # A worker lost here (the ending committed, its delivery never enqueued) strands nothing:
+        # the sweep delivers every ended, undelivered run (the crash campaign's jobs points).
+        transaction.on_commit(lambda: failpoint("jobs.after_run_end"))
         enqueue_on_commit(DELIVER, run.pk)
     return run
 
@@ -377,5 +381,7 @@ def job_run_delivery_retry(*, run_id: int, principal: str) -> JobRun:
         run.save(update_fields=["dead_lettered_at", "delivery_attempts"])
         _audit(AuditKind.JOB_STATE_CHANGED, run.job, {"run": run.number, "dead_letter": False, "retried": True},
                Actor.parse(principal))
+        # Lost here, the retry has committed (the run is due again) and the sweep delivers it.
+        transaction.on_commit(lambda: failpoint("jobs.during_dead_letter_retry"))
         enqueue_on_commit(DELIVER, run.pk)
     return run
