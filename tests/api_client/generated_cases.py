@@ -13,6 +13,7 @@ reader sees all of it or none.
 
 from __future__ import annotations
 
+import copyreg
 import fcntl
 import hashlib
 import json
@@ -28,6 +29,11 @@ from typing import Any
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis.core import NOT_SET
+from schemathesis.core.parameters import DelimitedValue
+
+# A delimited array parameter is a str with its wire form beside it; its __new__ takes both, which
+# pickle's default for a str subclass does not pass.
+copyreg.pickle(DelimitedValue, lambda value: (DelimitedValue, (str(value), value.encoded)))
 
 # What a case is made of, besides its operation (rebuilt from the schema) and its metadata.
 FIELDS = ("method", "path_parameters", "cookies", "query", "body", "media_type", "multipart_content_types")
@@ -46,15 +52,26 @@ def cases(operation: schemathesis.APIOperation, mode: schemathesis.GenerationMod
     key = hashlib.sha256(f"{digest}|{operation.label}|{mode.value}|{examples}".encode()).hexdigest()[:24]
     path = HOME / f"{key}.pickle"
     with _locked(HOME / f"{key}.lock"):
-        if path.exists():
-            drawn = pickle.loads(path.read_bytes())
-        else:
+        drawn = _read(path)
+        if drawn is None:
             drawn = _draw(operation, mode, examples)
             partial = path.with_suffix(f".{os.getpid()}.tmp")
             partial.write_bytes(pickle.dumps(drawn))
             os.replace(partial, path)
     return [operation.Case(**{name: fields[name] for name in FIELDS if name in fields}, headers=fields["headers"],
                            _meta=fields["meta"]) for fields in drawn]
+
+
+def _read(path: Path) -> list[dict[str, Any]] | None:
+    """The cases an earlier draw kept, or None: none kept, or a file this version cannot read (it is
+    then drawn again; a cache never fails the test)."""
+    if not path.exists():
+        return None
+    try:
+        drawn = pickle.loads(path.read_bytes())
+    except Exception:  # any unreadable file: draw again
+        return None
+    return drawn if isinstance(drawn, list) else None
 
 
 def _draw(operation: schemathesis.APIOperation, mode: schemathesis.GenerationMode,

@@ -80,9 +80,12 @@ def test_a_backend_terminated_mid_request_answers_503_database_unavailable_then_
                 ThreadPoolExecutor(1) as pool:
             holder.execute("LOCK TABLE auth_user IN ACCESS EXCLUSIVE MODE")
             pending = pool.submit(_sessions, client, token)
+            # The request's own backend: the web server's, waiting on the lock (a worker's sweep may read
+            # users too and wait beside it; terminating that one would prove nothing).
             waiting = wait_for(lambda: holder.execute(
                 "SELECT pid FROM pg_stat_activity WHERE datname = %s AND wait_event_type = 'Lock' "
-                "AND pid <> pg_backend_pid()", [database]).fetchone(), timeout=WAIT, what="the request waiting")
+                "AND application_name = 'skald-web' AND pid <> pg_backend_pid()", [database]).fetchone(),
+                timeout=WAIT, what="the request waiting")
             holder.execute("SELECT pg_terminate_backend(%s)", [waiting[0]])
             holder.rollback()  # the lock goes; the request's connection is already gone
             first = pending.result(timeout=WAIT)
