@@ -266,6 +266,8 @@ REST_FRAMEWORK = {
     # schema declares application/json alone (generated clients then send JSON).
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    # ?format=<unknown> is ignored, not a 404 (skald/core/api/negotiation.py).
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "skald.core.api.negotiation.IgnoreUnknownFormat",
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "DEFAULT_SCHEMA_CLASS": "skald.core.api.schema.SkaldAutoSchema",
     "EXCEPTION_HANDLER": "skald.core.api.exceptions.exception_handler",

@@ -15,6 +15,13 @@ from skald.notifications.services import subscription_create
 from tests.notify_receiver import Receiver, webhook_receiver
 
 
+@pytest.fixture(autouse=True)
+def no_send_at_commit(settings: Any) -> None:
+    """These tests play the workers and the sweep themselves: the committing process's own first
+    attempt (fastpath) would race them. The test of that first attempt switches it back on."""
+    settings.SKALD_NOTIFY_SEND_AT_COMMIT = False
+
+
 @pytest.fixture
 def loopback_allowed(settings: Any) -> None:
     settings.SKALD_NOTIFY_ALLOW_CIDRS = "127.0.0.0/8"

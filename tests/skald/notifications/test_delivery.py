@@ -162,6 +162,7 @@ def test_the_first_attempt_needs_no_worker_and_the_queued_task_then_finds_nothin
     from tests.skald.notifications.conftest import approval_event
 
     settings.SKALD_SYNC_TASKS = False  # the task goes to the broker's queue, and no worker runs here
+    settings.SKALD_NOTIFY_SEND_AT_COMMIT = True
     with transaction.atomic():
         [delivery] = notification_record(event=approval_event())
     wait_for(lambda: receiver.accepted() or None, timeout=30, what="the first attempt")  # a hang guard
