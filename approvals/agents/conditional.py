@@ -35,10 +35,6 @@ def agent_view(agent: Agent, servers: list[McpServer] | None = None) -> dict[str
             "mcp_servers": sorted(server.name for server in every if server.serves(agent.name))}
 
 
-def agent_etag(agent: Agent) -> str:
-    return etag_of(agent_view(agent))
-
-
 def agent_get(agent_id: int) -> Agent:
     agent = Agent.objects.filter(pk=agent_id).first()
     if agent is None:

@@ -4,8 +4,10 @@ recorded gate decisions."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 from approvals.policy_doc.document import GroupDoc, PolicyDoc, RuleDoc, policy_doc
 from approvals.policy_doc.history import DEFAULT_DAYS, recorded_decisions
@@ -13,13 +15,15 @@ from approvals.policy_doc.impact import Impact, impact_between
 from approvals.policy_doc.live import policy_live
 
 
-def rule_doc(*, tool_pattern: str, arg_matchers: dict[str, str], action: str, priority: int,
-             approval_ttl: timedelta | None, enabled: bool, note: str) -> RuleDoc:
-    """A rule's form values as a document rule."""
-    return RuleDoc(tool=tool_pattern.strip(), action=action, priority=priority,
-                   args=tuple(sorted((str(k), str(v)) for k, v in arg_matchers.items())),
-                   approval_ttl=int(approval_ttl.total_seconds()) if approval_ttl is not None else None,
-                   enabled=enabled, note=note)
+def rule_doc(values: Mapping[str, Any]) -> RuleDoc:
+    """A rule form's cleaned values (the rule page's, or one inline row of a group's page) as a
+    document rule."""
+    ttl: timedelta | None = values.get("approval_ttl")
+    matchers = values.get("arg_matchers") or {}
+    return RuleDoc(tool=str(values["tool_pattern"]).strip(), action=values["action"], priority=values["priority"],
+                   args=tuple(sorted((str(k), str(v)) for k, v in matchers.items())),
+                   approval_ttl=int(ttl.total_seconds()) if ttl is not None else None,
+                   enabled=values.get("enabled", False), note=values.get("note", ""))
 
 
 def with_rule(live: PolicyDoc, *, rule_id: int | None, group: str | None, rule: RuleDoc | None) -> PolicyDoc:

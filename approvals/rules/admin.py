@@ -110,10 +110,7 @@ class ApprovalRuleChangeForm(ApprovalRuleForm):
         group = cleaned.get("group")
         self.impact = rule_change_impact(
             rule_id=self.instance.pk, group=group.name if group is not None else None,
-            rule=rule_doc(tool_pattern=cleaned["tool_pattern"], arg_matchers=cleaned.get("arg_matchers") or {},
-                          action=cleaned["action"], priority=cleaned["priority"],
-                          approval_ttl=cleaned.get("approval_ttl"), enabled=cleaned.get("enabled", False),
-                          note=cleaned.get("note", "")),
+            rule=rule_doc(cleaned),
         )
         if self.impact.loosened and not cleaned.get("confirm_loosening"):
             self.add_error(None, loosening_sentence(self.impact) + f" Tick '{CONFIRM_LABEL}' and save again.")

@@ -79,10 +79,7 @@ class SecurityGroupForm(forms.ModelForm):
             values = form.cleaned_data
             if not values or values.get("DELETE"):
                 continue
-            kept.append(rule_doc(tool_pattern=values["tool_pattern"], arg_matchers=values.get("arg_matchers") or {},
-                                 action=values["action"], priority=values["priority"],
-                                 approval_ttl=values.get("approval_ttl"), enabled=values.get("enabled", False),
-                                 note=values.get("note", "")))
+            kept.append(rule_doc(values))
         group = GroupDoc(name=str(cleaned.get("name", "")).strip(), description=cleaned.get("description", ""),
                          users=tuple(sorted(u.get_username() for u in cleaned.get("users") or ())),
                          agents=tuple(sorted(a.name for a in cleaned.get("agents") or ())), rules=tuple(kept))
