@@ -7,6 +7,7 @@ then :mod:`bench.stream_latency`, event commit → websocket client, in the embe
 then :mod:`bench.notify_latency`, approval created → webhook receiver's first byte, on each database;
 then :mod:`bench.compaction` (a 2,000-turn session: request size and per-turn cost at turns 1, 500,
 1,000 and 2,000) on each database;
+then :mod:`bench.dojo`, issue 30's AgentDojo figures over the whole matrix (SQLite);
 then :mod:`bench.scale`, K sessions x W qcluster workers through django-q2 and a worker's RSS;
 then the load test (:mod:`bench.load`) against daphne + 2 qclusters on PostgreSQL + Redis.
 
@@ -53,6 +54,7 @@ NOTIFY_POSTGRES_URL = os.environ.get("BENCH_NOTIFY_POSTGRES_URL",
 BENCH_DIR = BASE_DIR / "var" / "bench"
 STAMP = time.strftime("%Y%m%dT%H%M%S")
 COMPACTION_TIMEOUT_S = 900
+DOJO_TIMEOUT_S = 3600
 
 
 def _env(var_dir: Path, database_url: str = "") -> dict[str, str]:
@@ -162,6 +164,17 @@ def run_compaction(title: str, env: dict[str, str]) -> str:
     except subprocess.TimeoutExpired:
         return f"timed out after {COMPACTION_TIMEOUT_S} s"
     return "" if completed.returncode == 0 else f"failed with exit status {completed.returncode}"
+
+
+def run_dojo(env: dict[str, str]) -> str:
+    """:mod:`bench.dojo` in a fresh process (its report streams through; its figures and every call
+    go to ``var/bench/dojo-<time>.json``). Returns an error or ""."""
+    print("\n=== AgentDojo against the provenance rules (issue 30, bench/dojo.py, SQLite) ===", flush=True)
+    BENCH_DIR.mkdir(parents=True, exist_ok=True)
+    result_file = BENCH_DIR / f"dojo-{STAMP}.json"
+    result = run_for_json([sys.executable, "-m", "bench.dojo", "--result-file", str(result_file)], env, result_file,
+                          DOJO_TIMEOUT_S)
+    return result if isinstance(result, str) else ""
 
 
 def summary(results: dict[str, Result | str], peers: dict[str, PeerResult | str]) -> str:
@@ -274,6 +287,7 @@ def main() -> int:
         if not isinstance(results["PostgreSQL"], str) and not recreate_postgres_database(POSTGRES_URL):
             compaction["PostgreSQL"] = run_compaction(f"PostgreSQL ({POSTGRES_URL}, recreated)",
                                                       _env(Path(tmp) / "c-postgres", POSTGRES_URL))
+        dojo = run_dojo(_env(Path(tmp) / "dojo"))
     scale = run_scale()
     print(f"\n=== Summary ({time.perf_counter() - started:.0f} s, load average {load:.2f} at start, "
           f"{os.getloadavg()[0]:.2f} now) ===", flush=True)
@@ -286,6 +300,7 @@ def main() -> int:
               if isinstance(value, str) and not value.startswith("unreachable")]
     failed += [f"compaction on {name}" for name, problem in compaction.items() if problem]
     failed += ["tracing"] if isinstance(tracing, str) else []
+    failed += [f"agentdojo ({dojo})"] if dojo else []
     if run_load() != 0:
         failed.append("load test")
     return 1 if failed else 0
