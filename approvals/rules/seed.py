@@ -54,6 +54,8 @@ PROVENANCE_DEFAULT_RULES: tuple[tuple[str, dict[str, str], str, int, str], ...] 
     ("*", {"$provenance.argument_from_suspect": "true"}, RuleAction.REQUIRE.value, DEFAULT_PRIORITY - 10,
      "default: an argument from a result with a suspected injection: approved only with its provenance "
      "acknowledged"),
+    ("*", {"$provenance.injection_suspected": "true"}, RuleAction.REQUIRE.value, DEFAULT_PRIORITY,
+     "default: once a suspected injection is in the frame, every call needs approval, reads too"),
 )
 
 

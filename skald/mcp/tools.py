@@ -60,6 +60,16 @@ class McpToolProxy:
         return self.trusted and hints(self.annotations).get("readOnlyHint", False)
 
     @property
+    def read_only(self) -> bool:
+        """``$provenance.read_only`` (loop/provenance.tool_read_only): the pinned ``readOnlyHint``, whatever
+        the server's trust. It loosens nothing on its own: the MCP default rules gate every tool of an
+        untrusted server unless an operator allows it, having read its pinned definition (a changed
+        one is quarantined). For a tool allowed so, a read in a tainted frame runs, as it would in a
+        built-in's; once a suspected instruction is in the frame every call needs approval anyway
+        (``approvals.rules.seed.PROVENANCE_DEFAULT_RULES``). Measured: docs/provenance.md, AgentDojo."""
+        return hints(self.annotations).get("readOnlyHint", False)
+
+    @property
     def restart_hint(self) -> str:
         stated = hints(self.annotations)
         if self.trusted and (stated.get("idempotentHint") or stated.get("readOnlyHint")):

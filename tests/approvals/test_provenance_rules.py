@@ -46,6 +46,14 @@ def test_an_argument_from_a_suspect_result_needs_approval_even_for_a_read_only_t
     assert "argument_from_suspect=true" in fired_provenance(decision)
 
 
+def test_once_a_suspected_injection_is_in_the_frame_even_a_read_needs_approval(alice):
+    suspected_read = {"tainted": True, "injection_suspected": True, "read_only": True}
+    decision = decide(alice, "read_file", suspected_read, {"path": "x"})
+    assert decision.action == "require" and decision.rule_set == "global:provenance"
+    assert fired_provenance(decision) == ["injection_suspected=true"]
+    assert decide(alice, "read_file", TAINTED_READ, {"path": "x"}).action == "allow"
+
+
 def test_an_operator_may_add_a_provenance_rule_of_their_own(alice):
     ApprovalRule.objects.create(tool_pattern="search_knowledge", arg_matchers={"$provenance.tainted": "true"},
                                 action="deny", priority=10)

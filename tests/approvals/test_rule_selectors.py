@@ -55,7 +55,9 @@ def test_the_migration_seeds_the_default_rules_and_keeps_a_frozen_copy_of_them()
     assert [(r.tool_pattern, r.arg_matchers, r.action, r.priority, r.note) for r in added] == list(MCP_DEFAULT_RULES)
     assert seeded.get(tool_pattern="*").priority == CATCH_ALL_PRIORITY == 999_999
     provenance = importlib.import_module("approvals.migrations.0008_provenance_default_rules")
-    assert [tuple(rule) for rule in provenance.PROVENANCE_DEFAULT_RULES] == list(PROVENANCE_DEFAULT_RULES)
+    suspect = importlib.import_module("approvals.migrations.0009_provenance_suspect_rule")
+    assert [*(tuple(rule) for rule in provenance.PROVENANCE_DEFAULT_RULES), suspect.SUSPECT_RULE] == list(
+        PROVENANCE_DEFAULT_RULES)
     added = ApprovalRule.objects.filter(group=None, note__in=[note for *_rest, note in PROVENANCE_DEFAULT_RULES])
     assert [(r.tool_pattern, r.arg_matchers, r.action, r.priority, r.note) for r in added.order_by("id")] == list(
         PROVENANCE_DEFAULT_RULES)
