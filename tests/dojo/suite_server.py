@@ -2,10 +2,11 @@
 ``python tests/dojo/suite_server.py <suite>`` over stdio, the SDK's server API, no Django.
 
 Each tool is the suite's own environment function (``agentdojo``'s ``Function``), with its own
-parameters as the input schema. The environment is the suite's default one with the current
-scenario's injections planted (``MCP_DOJO_STATE``/``scenario.json``: an id and the injection
-vectors' texts, written by the harness before each run); a new id starts a fresh environment. Every
-call the server executes is appended to ``MCP_DOJO_STATE``/``calls.jsonl``: what really ran.
+parameters as the input schema; a read (:func:`is_read`) is annotated ``readOnlyHint``. The
+environment is the suite's default one with the current scenario's injections planted
+(``MCP_DOJO_STATE``/``scenario.json``: an id and the injection vectors' texts, written by the harness
+before each run); a new id starts a fresh environment. Every call the server executes is appended to
+``MCP_DOJO_STATE``/``calls.jsonl``: what really ran.
 """
 
 from __future__ import annotations
@@ -21,8 +22,16 @@ from agentdojo.agent_pipeline.tool_execution import tool_result_to_str
 from agentdojo.functions_runtime import Function, FunctionsRuntime, TaskEnvironment
 from agentdojo.task_suite.load_suites import get_suite
 from mcp.server.mcpserver import MCPServer
+from mcp_types import ToolAnnotations
 
 VERSION = "v1.2.2"
+# The suites' functions carry no annotations: the server declares its reads (``readOnlyHint``) by
+# name, as a real server would declare them. The harness's operator allows the same tools.
+READ_PREFIXES = ("get_", "search_", "list_", "read_", "check_")
+
+
+def is_read(function: str) -> bool:
+    return function.startswith(READ_PREFIXES)
 
 
 class Scenario:
@@ -65,7 +74,8 @@ def build(suite_name: str, state: Path) -> MCPServer:
     scenario = Scenario(suite_name, state)
     server = MCPServer(f"agentdojo-{suite_name}")
     for function in scenario.suite.tools:
-        server.add_tool(_tool(scenario, function), name=function.name, description=function.description)
+        server.add_tool(_tool(scenario, function), name=function.name, description=function.description,
+                        annotations=ToolAnnotations(read_only_hint=is_read(function.name)))
     return server
 
 
