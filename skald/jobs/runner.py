@@ -68,7 +68,8 @@ def run_job(job_id: int) -> str:
     exchange: Exchange | None = None
     try:
         env = job_env(job, run)
-        # A task's trace is its own, linked to the call that spawned it (not nested: it outlives it).
+        # A run's trace is its own, linked to what asked for it (not nested: it outlives it): a task's
+        # to the call that spawned it, a cron run's to the request that created or last changed its job.
         parent = str(job.scope_extras.get("traceparent") or "")
         exchange, _ = admit_exchange(env, request_key=job_request_key(job, run.number), content=job.task,
                                      author=f"agent:{job.scope_extras.get('gate_agent') or 'cron'}",
