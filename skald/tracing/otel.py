@@ -9,7 +9,6 @@ threads through :meth:`OtelTracer.carry` and processes as W3C ``traceparent`` st
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -26,14 +25,14 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from loop import tracing
 from skald.tracing.capture import screen
+from skald.tracing.exits import flush_at_exit
 from skald.tracing.logs import install_log_context
 
-__all__ = ["OtelSpan", "OtelTracer", "install", "provider", "shutdown"]
+__all__ = ["OtelSpan", "OtelTracer", "flush", "install", "provider", "shutdown"]
 
 T = TypeVar("T")
 _propagator = TraceContextTextMapPropagator()
 _state: dict[str, TracerProvider] = {}
-_exit_hook: list[bool] = []
 logger = logging.getLogger(__name__)
 
 
@@ -168,9 +167,7 @@ def install(*, exporter: SpanExporter | None = None, capture: bool = False) -> T
     _state["provider"] = provider
     tracing.install(OtelTracer(provider.get_tracer("skald", schema_url=SCHEMA_URL), capture=capture))
     install_log_context()
-    if not _exit_hook:  # spans still in the batch are sent when the process exits
-        atexit.register(shutdown)
-        _exit_hook.append(True)
+    flush_at_exit(flush)  # spans still in the batch are sent when the process (or a forked worker) ends
     return provider
 
 
@@ -184,6 +181,13 @@ def _service_named() -> bool:
 
 def provider() -> TracerProvider | None:
     return _state.get("provider")
+
+
+def flush(timeout_ms: int = 30000) -> None:
+    """Send the spans that ended and were not sent yet (the process is about to end)."""
+    current = _state.get("provider")
+    if current is not None:
+        current.force_flush(timeout_ms)
 
 
 def shutdown() -> None:
