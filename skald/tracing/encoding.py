@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Batch"]
 
-KEPT_VALUES = 4096  # encoded (key, short text) attributes kept; all forgotten when full
+KEPT_VALUES = 4096  # encoded attributes (and names) kept; all forgotten when full
 _DOUBLE = struct.Struct("<d")
 _FIXED64 = struct.Struct("<Q")
 
@@ -61,7 +61,8 @@ class Batch:
     def __init__(self, *, resource: Mapping[str, Any], resource_schema: str, scope: str, scope_version: str,
                  scope_schema: str) -> None:
         self._keys: dict[str, bytes] = {}
-        self._kept: dict[tuple[str, str], bytes] = {}
+        self._kept: dict[tuple[str, type, Any], bytes] = {}
+        self._names: dict[tuple[str, int], bytes] = {}  # a span's name and kind fields
         resource_bytes = b"".join(_field(b"\x0a", self._attribute(k, v)) for k, v in resource.items())
         self._resource = _field(b"\x0a", resource_bytes)  # ResourceSpans.resource = 1
         self._resource_schema = _field(b"\x1a", resource_schema.encode()) if resource_schema else b""
@@ -78,15 +79,20 @@ class Batch:
         return head + _field(b"\x12", _any_value(value))
 
     def _span_attribute(self, key: str, value: Any) -> bytes:
-        """A span's attribute (``Span.attributes`` = 9). A short text value is mostly one of a few
-        (an operation, a provider, a model, a tool, a verdict): its whole field is kept too."""
-        if value.__class__ is not str or len(value) > 64:
+        """A span's attribute (``Span.attributes`` = 9), its bytes kept for the next span: most values
+        recur (an operation, a provider, a model, a tool, a verdict, the session's and exchange's ids)."""
+        kind = value.__class__
+        if kind is list or (kind is str and len(value) > 64):  # a list is not hashable; long text rarely recurs
             return _field(b"\x4a", self._attribute(key, value))
-        found = self._kept.get((key, value))
+        kept_key = (key, kind, value)  # the class too: True == 1, and both hash alike
+        try:
+            found = self._kept.get(kept_key)
+        except TypeError:  # a tuple holding something unhashable
+            return _field(b"\x4a", self._attribute(key, value))
         if found is None:
             if len(self._kept) >= KEPT_VALUES:
                 self._kept.clear()
-            found = self._kept[(key, value)] = _field(b"\x4a", self._attribute(key, value))
+            found = self._kept[kept_key] = _field(b"\x4a", self._attribute(key, value))
         return found
 
     def span(self, record: Record) -> bytes:
@@ -95,10 +101,15 @@ class Batch:
         parts = [b"\x0a\x10", record.trace_id.to_bytes(16, "big"), b"\x12\x08", record.span_id.to_bytes(8, "big")]
         if record.parent_id:
             parts += (b"\x22\x08", record.parent_id.to_bytes(8, "big"))
-        parts += (_field(b"\x2a", record.name.encode("utf-8", "surrogatepass")), b"\x30", _varint(record.kind),
-                  b"\x39", _FIXED64.pack(record.start_ns), b"\x41", _FIXED64.pack(record.end_ns))
+        named = self._names.get((record.name, record.kind))
+        if named is None:
+            if len(self._names) >= KEPT_VALUES:
+                self._names.clear()
+            named = self._names[(record.name, record.kind)] = (
+                _field(b"\x2a", record.name.encode("utf-8", "surrogatepass")) + b"\x30" + _varint(record.kind))
+        parts += (named, b"\x39", _FIXED64.pack(record.start_ns), b"\x41", _FIXED64.pack(record.end_ns))
         attribute = self._span_attribute
-        parts += (attribute(k, v) for k, v in record.attributes.items())
+        parts += [attribute(k, v) for k, v in record.attributes.items()]
         for trace_id, span_id in record.links:
             parts.append(_field(b"\x6a", b"\x0a\x10" + trace_id.to_bytes(16, "big") + b"\x12\x08"
                                 + span_id.to_bytes(8, "big")))

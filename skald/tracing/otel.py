@@ -83,9 +83,19 @@ class Record:
     def __init__(self, name: str, trace_id: int, span_id: int, parent: Current | None, kind: int,
                  attributes: dict[str, Any], links: Sequence[tuple[int, int]], start_ns: int, capture: bool,
                  sink: Callable[[Record], object]) -> None:
-        self.name, self.trace_id, self.span_id, self.kind, self.parent = name, trace_id, span_id, kind, parent
-        self.attributes, self.links, self.start_ns, self.end_ns = attributes, links, start_ns, 0
-        self.status, self.status_message, self.capture, self.sink = 0, "", capture, sink
+        self.name = name
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.kind = kind
+        self.parent = parent
+        self.attributes = attributes
+        self.links = links
+        self.start_ns = start_ns
+        self.end_ns = 0
+        self.status = 0
+        self.status_message = ""
+        self.capture = capture
+        self.sink = sink
 
     @property
     def parent_id(self) -> int:
@@ -180,7 +190,7 @@ class OtelTracer:
         trace_id = up.trace_id if up is not None else random.getrandbits(128) or 1
         span_id = random.getrandbits(64) or 1
         kind = _kind(name)
-        recorded = dict(attributes)
+        recorded = attributes if attributes.__class__ is dict else dict(attributes)  # kept: the call site's own
         if self.sampler is None:
             sampled = up is None or bool(up.flags & 1)
         else:

@@ -66,6 +66,10 @@ def test_kept_encodings_give_the_same_bytes():
     chat, admission = recorded()
     assert batch.request([chat, admission]) == batch.request([chat, admission]) == Batch(**BATCH).request(
         [chat, admission])
+    admission.attributes = {"skald.x": True}
+    chat.attributes = {"skald.x": 1}  # equal to True, and hashed alike: still encoded as what it is
+    assert [s.attributes["skald.x"] for s in decode(batch.request([admission, chat]))] == [True, 1]
+    assert [type(s.attributes["skald.x"]) for s in decode(batch.request([chat, admission]))] == [int, bool]
 
 
 @pytest.fixture
