@@ -47,6 +47,9 @@ _state: dict[str, SpanProcessor] = {}
 logger = logging.getLogger(__name__)
 _SAMPLED = trace.SpanContext(1, 1, is_remote=False, trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED))
 _ERROR = 2  # OTLP StatusCode.STATUS_CODE_ERROR
+# random's own generator, as the SDK's id generator uses: reseeded in place in every forked child (a worker)
+_bits = random.getrandbits
+_now = time.time_ns
 # OTLP SpanKind numbers (the SDK's SpanKind value + 1)
 _INTERNAL, _SERVER, _CLIENT = SpanKind.INTERNAL.value + 1, SpanKind.SERVER.value + 1, SpanKind.CLIENT.value + 1
 
@@ -124,7 +127,7 @@ class Record:
 
     def end(self) -> None:
         if not self.end_ns:
-            self.end_ns = time.time_ns()
+            self.end_ns = _now()
             self.sink(self)
 
     def traceparent(self) -> str:
@@ -186,10 +189,9 @@ class OtelTracer:
     def start(self, name: str, attributes: tracing.Attributes, *, parent: str | None = None,
               links: Sequence[str] = (), start_time: datetime | None = None) -> tracing.Span:
         up: Current | None = CURRENT.get() if parent is None else parse_traceparent(parent) if parent else None
-        # random's own generator, as the SDK's id generator: reseeded in every forked child (a worker)
-        trace_id = up.trace_id if up is not None else random.getrandbits(128) or 1
-        span_id = random.getrandbits(64) or 1
-        kind = _kind(name)
+        trace_id = up.trace_id if up is not None else _bits(128) or 1
+        span_id = _bits(64) or 1
+        kind = _kinds.get(name) or _kind(name)
         recorded = attributes if attributes.__class__ is dict else dict(attributes)  # kept: the call site's own
         if self.sampler is None:
             sampled = up is None or bool(up.flags & 1)
@@ -198,7 +200,7 @@ class OtelTracer:
         if not sampled:
             return Unsampled(trace_id, span_id)
         linked = [(p.trace_id, p.span_id) for p in map(parse_traceparent, links) if p is not None] if links else ()
-        start_ns = int(start_time.timestamp() * 1_000_000_000) if start_time is not None else time.time_ns()
+        start_ns = int(start_time.timestamp() * 1_000_000_000) if start_time is not None else _now()
         return Record(name, trace_id, span_id, up, kind, recorded, linked, start_ns, self.capture, self.sink)
 
     def _sampled(self, up: Current | None, trace_id: int, name: str, kind: int, attributes: dict[str, Any]) -> bool:
