@@ -181,6 +181,8 @@ class OtelTracer:
     def __init__(self, processor: SpanProcessor, *, capture: bool, sampler: sampling.Sampler | None = None) -> None:
         self.processor, self.capture = processor, capture
         self.sampler = sampler  # None: parent-based always-on, decided inline
+        # the env's parent-based samplers (``parentbased_*``) decide a child as its parent was sampled
+        self.parent_based = isinstance(sampler, sampling.ParentBased)
         # where an ended record goes: straight into the batch (past on_end's check of the sampled
         # flag, which every Record has), or the processor's on_end
         self.sink: Callable[[Record], object] = processor.emit if isinstance(processor, RecordBatchProcessor) \
@@ -193,8 +195,8 @@ class OtelTracer:
         span_id = _bits(64) or 1
         kind = _kinds.get(name) or _kind(name)
         recorded = attributes if attributes.__class__ is dict else dict(attributes)  # kept: the call site's own
-        if self.sampler is None:
-            sampled = up is None or bool(up.flags & 1)
+        if self.sampler is None or (up is not None and self.parent_based):
+            sampled = up is None or bool(up.flags & 1)  # a parent-based sampler follows the parent's flag
         else:
             sampled = self._sampled(up, trace_id, name, kind, recorded)
         if not sampled:

@@ -102,3 +102,14 @@ def test_a_configured_sampler_decides(sampled):
     configure(exporter=ratio, capture=False)
     tracing.tracer.start("skald.admission", {}, parent=PARENT[:-2] + "00").end()  # a ratio ignores the parent
     assert [s.name for s in ratio.get_finished_spans()] == ["skald.admission"]
+
+
+def test_a_parent_based_ratio_samples_roots_by_ratio_and_children_as_their_parent(sampled):
+    exporter, monkeypatch = sampled
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0")
+    configure(exporter=exporter, capture=False)
+    tracing.tracer.start("skald.admission", {}, parent="").end()  # a root: the ratio (0) drops it
+    tracing.tracer.start("invoke_agent a", {}, parent=PARENT).end()  # a sampled parent: kept
+    tracing.tracer.start("invoke_agent b", {}, parent=PARENT[:-2] + "00").end()
+    assert [s.name for s in exporter.get_finished_spans()] == ["invoke_agent a"]
