@@ -3,8 +3,6 @@ task's links to its spawning call: recorded by the SDK's in-memory exporter, rea
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -14,19 +12,10 @@ from loop.providers.loopback import text_turn
 from skald.jobs.cron import cron_job_create, cron_job_update
 from skald.jobs.models import ScheduledJob
 from skald.tasks import run_cron_job
-from skald.tracing import configure, otel
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 REQUEST = "POST /admin/skald/scheduledjob/add/"
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    configure(exporter=exporter, capture=False)
-    yield exporter
-    otel.shutdown()
 
 
 def finished(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
