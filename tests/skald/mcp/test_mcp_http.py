@@ -128,11 +128,11 @@ def test_a_host_name_is_connected_to_the_address_the_screen_passed(http_server, 
         def resolve(self, host: str, port: int) -> list[str]:
             return self.answers.pop(0) if self.answers else ["203.0.113.9"]
 
-    monkeypatch.setattr(config, "_resolver", Rebinding())
+    monkeypatch.setattr(config.egress, "resolver", Rebinding())
     url = http_app[0].replace("127.0.0.1", "mcp.internal.example")
     server = mcp_server_create(actor=Actor.user(alice), data={"name": "named", "transport": "http", "url": url,
                                                               "trust": "trusted", "agents": ["*"]})
-    monkeypatch.setattr(config, "_resolver", Rebinding())
+    monkeypatch.setattr(config.egress, "resolver", Rebinding())
     spec = server_spec(server)
 
     assert spec.address == "127.0.0.1"
@@ -188,3 +188,11 @@ def test_a_program_outside_the_allowlist_is_refused_at_save(mcp_setup, alice):
     with pytest.raises(McpConfigError) as refused:
         mcp_server_create(actor=Actor.user(alice), data={"name": "sh", "transport": "stdio", "argv": ["/bin/sh"]})
     assert refused.value.code == "mcp_program_not_allowed"
+
+
+def test_an_allow_cidrs_setting_that_does_not_parse_refuses_the_save(mcp_setup, settings, alice):
+    settings.SKALD_MCP_ALLOW_CIDRS = "127.0.0.0/33"
+    with pytest.raises(McpConfigError) as refused:
+        mcp_server_create(actor=Actor.user(alice), data={"name": "cidr", "transport": "http",
+                                                         "url": "http://127.0.0.1:9/mcp"})
+    assert refused.value.code == "mcp_allow_cidrs_invalid" and "SKALD_MCP_ALLOW_CIDRS" in str(refused.value)
