@@ -242,7 +242,7 @@ def main() -> int:
     print(tripwire_bench.report(), flush=True)
     print("\n=== Policy impact preview (issue 32, in process, no database) ===", flush=True)
     print(policy_preview_bench.report(), flush=True)
-    print("\n=== MCP call vs a built-in tool (issue 29, in process, no database) ===", flush=True)
+    print("\n=== MCP call vs a built-in tool (issue 29, no database; each server a process of its own) ===", flush=True)
     print(mcp_call_bench.report(), flush=True)
     results: dict[str, Result | str] = {}
     with tempfile.TemporaryDirectory(prefix="skald-bench-") as tmp:
