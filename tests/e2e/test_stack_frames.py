@@ -26,7 +26,6 @@ events or the fake model's requests, with a guard against a hang.
 from __future__ import annotations
 
 import json
-import os
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -36,8 +35,7 @@ import httpx
 import pytest
 
 from skald.agents.seed import LOG_ANALYST_PROMPT, TROUBLESHOOTER_PROMPT
-from tests.e2e.crash import pg_admin, with_dbname
-from tests.e2e.stack import PASSWORD, Api, Launch, Stack, paginator_count, template_clause, wait_for, wait_ready
+from tests.e2e.stack import PASSWORD, Api, Launch, Stack, paginator_count, wait_for, wait_ready
 from tests.loop.providers.fake_openai_server import (
     FakeOpenAIServer,
     RecordedRequest,
@@ -58,21 +56,6 @@ Route = Callable[[RecordedRequest], Response]
 
 
 # --- the module's stack ---------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[str]:
-    """On the PostgreSQL pass: a database of the module's own on DATABASE_URL's server (its URL); else ""."""
-    from django.db import connection
-
-    if connection.vendor != "postgresql":
-        yield ""
-        return
-    server = os.environ["DATABASE_URL"]
-    name = f"skald_frames_{os.getpid()}"
-    pg_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"' + template_clause())
-    yield with_dbname(server, name)
-    pg_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 class Models:
@@ -117,17 +100,6 @@ def stack(fake_provider: FakeOpenAIServer, models: Models, postgres: str, launch
     stack = launch_stack(env)
     wait_ready(stack, timeout=GUARD)
     return stack
-
-
-@pytest.fixture(scope="module")
-def operator(stack: Stack) -> Api:
-    return stack.api("operator")
-
-
-@pytest.fixture(scope="module")
-def approver(stack: Stack) -> Iterator[httpx.Client]:
-    with stack.http(stack.token("approver")) as client:
-        yield client
 
 
 @pytest.fixture(scope="module")
@@ -248,23 +220,31 @@ def requests_of(fake: FakeOpenAIServer, system: str, task: str) -> list[Recorded
     return [r for r in list(fake.requests) if system_of(r) == system and first_user(r) == task]
 
 
+def writer_parked(operator: Api, approver: httpx.Client, models: Models, message: str,
+                  task: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The root starts an async child of its own definition granted ``write_file`` only (approved),
+    and the child parks on its write: (the root's conversation, its task, the write's approval)."""
+    models.add(TROUBLESHOOTER_PROMPT, message,
+               then_text(call("execute_subtask", {"task": task, "tools": ["write_file"], "mode": "async"}), "started"))
+    models.add(TROUBLESHOOTER_PROMPT, task,
+               then_text(call("write_file", {"path": "notes.md", "content": "pool exhausted"}), "written"))
+    session = operator.create_session()
+    posted = operator.send(session["id"], message)
+    approve_delegation(approver, session["id"], "execute_subtask", operator, posted["id"])
+    job = task_of(operator, session["id"])
+    return session, job, parked_on(approver, job["child_session"], "write_file")
+
+
 # --- 1. an async child's tools stay its grant after an approval -----------------------------------------
 
 
 def test_an_async_childs_next_request_after_an_approval_offers_only_its_grant(
         stack: Stack, operator: Api, approver: httpx.Client, models: Models, fake_provider: FakeOpenAIServer) -> None:
     task = "note the pool finding in the background"
-    models.add(TROUBLESHOOTER_PROMPT, "repro 1: note it",
-               then_text(call("execute_subtask", {"task": task, "tools": ["write_file"], "mode": "async"}), "started"))
-    models.add(TROUBLESHOOTER_PROMPT, task,
-               then_text(call("write_file", {"path": "notes.md", "content": "pool exhausted"}), "written"))
-    session = operator.create_session()
-    posted = operator.send(session["id"], "repro 1: note it")
-    approve_delegation(approver, session["id"], "execute_subtask", operator, posted["id"])
-    job = task_of(operator, session["id"])
+    session, job, card = writer_parked(operator, approver, models, "repro 1: note it", task)
     assert job["tools"] == ["write_file"]  # the grant, recorded at spawn
 
-    approve(approver, parked_on(approver, job["child_session"], "write_file"))  # the child's write, on a worker
+    approve(approver, card)  # the child's write runs on a worker, then its next turn
     (result,) = delivered(operator, session["id"])
 
     assert "succeeded" in result["payload"]["content"]
@@ -404,16 +384,7 @@ def test_a_childs_provider_failure_ends_it_provider_failed_and_its_parent_reads_
 
 def test_cancelling_a_task_parked_on_an_approval_withdraws_it_and_delivers_cancelled(
         stack: Stack, operator: Api, approver: httpx.Client, models: Models) -> None:
-    task = "repro 6: write the finding down"
-    models.add(TROUBLESHOOTER_PROMPT, "repro 6: note it",
-               then_text(call("execute_subtask", {"task": task, "tools": ["write_file"], "mode": "async"}), "started"))
-    models.add(TROUBLESHOOTER_PROMPT, task,
-               then_text(call("write_file", {"path": "notes.md", "content": "never written"}), "written"))
-    session = operator.create_session()
-    posted = operator.send(session["id"], "repro 6: note it")
-    approve_delegation(approver, session["id"], "execute_subtask", operator, posted["id"])
-    job = task_of(operator, session["id"])
-    card = parked_on(approver, job["child_session"], "write_file")
+    session, job, card = writer_parked(operator, approver, models, "repro 6: note it", "repro 6: write it down")
 
     cancelled = operator.client.post(f"/api/web/tasks/{job['id']}/cancel")
 
