@@ -12,7 +12,8 @@ Every task below runs on a qcluster worker (no ``SKALD_SYNC_TASKS``); users act 
 3. an organisation's tripwire pattern in an async task's text never reaches the child's model;
 4. that task ends ``refused``, its ending is delivered once, the task list shows it, and a task beside
    it is delivered too;
-5. a child whose provider answers 503 ends ``provider_failed``; its parent reads that and completes;
+5. a child whose provider answers 503 ends ``provider_failed``; its parent reads that and completes
+   (a sync child in its parent's exchange; an async one in the turn its delivery resumes);
 6. cancelling a task parked on an approval withdraws the approval (answering is 409), ends the task
    ``cancelled`` at once and delivers that ending;
 7. a cron run's ending carries its output to its home conversation; a cron job without a home is
@@ -377,6 +378,28 @@ def test_a_childs_provider_failure_ends_it_provider_failed_and_its_parent_reads_
     assert "provider_failed" in json.dumps(root_requests[1].body["messages"][-1])  # the parent read it
     replies = [e["payload"]["content"] for e in events_of(operator, session["id"], "assistant")]
     assert any(reply.startswith("the analyst is down") for reply in replies)
+
+
+def test_an_async_childs_provider_failure_is_delivered_as_its_own_and_the_root_completes(
+        stack: Stack, operator: Api, approver: httpx.Client, admin: httpx.Client, models: Models) -> None:
+    analyst_budget(admin, 100)
+    task = "repro 5: read the logs in the background"
+    models.add(TROUBLESHOOTER_PROMPT, "repro 5: why 502, later?",
+               then_text(call("execute_task", {"agent": "log-analyst", "task": task, "mode": "async"}), "read"))
+    models.add(LOG_ANALYST_PROMPT, task,
+               lambda request: StatusResponse(503, {"error": {"message": "service unavailable"}}))
+    session = operator.create_session()
+    posted = operator.send(session["id"], "repro 5: why 502, later?")
+    approve_delegation(approver, session["id"], "execute_task", operator, posted["id"])
+    (result,) = delivered(operator, session["id"])
+    resumed = operator.wait_settled(session["id"], result["exchange"], timeout=GUARD)
+
+    assert operator.exchange(session["id"], posted["id"])["outcome"] == "completed"
+    content = result["payload"]["content"]
+    assert "FAILED: the model provider failed" in content and "HTTP 503" in content  # its own failure
+    assert resumed["outcome"] == "completed"  # the parent read its task's failure and answered
+    (job,) = tasks_of(operator, session["id"])
+    assert job["status"] == "failed" and job["run"]["delivered"]
 
 
 # --- 6. cancelling a task parked on an approval ---------------------------------------------------------------
