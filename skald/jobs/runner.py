@@ -97,7 +97,12 @@ def job_sync_from_exchange(exchange_id: int) -> JobRun | None:
     """A job's exchange that ended later (after an approval, or repaired after a lost worker) ends
     its run here: the same classification, once."""
     exchange = Exchange.objects.filter(pk=exchange_id).first()
-    if exchange is None or exchange.status not in (ExchangeStatus.SETTLED, ExchangeStatus.BROKEN):
+    return None if exchange is None else job_sync_for(exchange)
+
+
+def job_sync_for(exchange: Exchange) -> JobRun | None:
+    """:func:`job_sync_from_exchange` for an exchange row the caller has already read."""
+    if exchange.status not in (ExchangeStatus.SETTLED, ExchangeStatus.BROKEN):
         return None
     match = _JOB_KEY.match(exchange.request_key)
     if match is None:
@@ -115,7 +120,7 @@ def job_sync_from_exchange(exchange_id: int) -> JobRun | None:
     return job_run_finish(run_id=run.pk, ending=ending, output=output, exchange_id=exchange.pk)
 
 
-__all__ = ["JobKind", "job_env", "job_sync_from_exchange", "partial_output", "run_job"]
+__all__ = ["JobKind", "job_env", "job_sync_for", "job_sync_from_exchange", "partial_output", "run_job"]
 
 
 LOST_QUEUE_AFTER = timedelta(minutes=5)
