@@ -20,7 +20,14 @@ from skald.core.queue import enqueue_on_commit
 from skald.jobs.classify import classify, crashed, refused
 from skald.jobs.models import JobKind, JobRun, JobStatus, RunEnding, ScheduledJob
 from skald.jobs.output import partial_output, run_output
-from skald.jobs.services import RUN_TASK, job_request_key, job_run_finish, job_run_start, job_sync_from_exchange
+from skald.jobs.services import (
+    RUN_TASK,
+    job_request_key,
+    job_run_finish,
+    job_run_start,
+    job_sync_for,
+    job_sync_from_exchange,
+)
 from skald.loop_adapters.runtime import build_env
 
 logger = logging.getLogger(__name__)
@@ -68,7 +75,7 @@ def run_job(job_id: int) -> str:
     return classify(result.outcome).status
 
 
-__all__ = ["JobKind", "job_env", "job_sync_from_exchange", "partial_output", "run_job"]
+__all__ = ["JobKind", "job_env", "job_sync_for", "job_sync_from_exchange", "partial_output", "run_job"]
 
 
 LOST_QUEUE_AFTER = timedelta(minutes=5)

@@ -331,7 +331,12 @@ def job_sync_from_exchange(exchange_id: int) -> JobRun | None:
     """A job's exchange that ended later (after an approval, a cancel while it was parked, or
     repaired after a lost worker) ends its run here: the same classification, once."""
     exchange = Exchange.objects.filter(pk=exchange_id).first()
-    if exchange is None or exchange.status not in (ExchangeStatus.SETTLED, ExchangeStatus.BROKEN):
+    return None if exchange is None else job_sync_for(exchange)
+
+
+def job_sync_for(exchange: Exchange) -> JobRun | None:
+    """:func:`job_sync_from_exchange` for an exchange row the caller has already read."""
+    if exchange.status not in (ExchangeStatus.SETTLED, ExchangeStatus.BROKEN):
         return None
     match = _JOB_KEY.match(exchange.request_key)
     if match is None:
