@@ -255,7 +255,7 @@ def main() -> int:
     print(tripwire_bench.report(), flush=True)
     print("\n=== Policy impact preview (issue 32, in process, no database) ===", flush=True)
     print(policy_preview_bench.report(), flush=True)
-    print("\n=== MCP call vs a built-in tool (issue 29, in process, no database) ===", flush=True)
+    print("\n=== MCP call vs a built-in tool (issue 29, no database; each server a process of its own) ===", flush=True)
     print(mcp_call_bench.report(), flush=True)
     results: dict[str, Result | str] = {}
     with tempfile.TemporaryDirectory(prefix="skald-bench-") as tmp:
@@ -283,6 +283,7 @@ def main() -> int:
             Path(tmp) / "stream-r.json")
         tracing = run_tracing(_env(Path(tmp) / "tracing"), Path(tmp) / "tracing.json")
         notify = run_notify(tmp, postgres=not isinstance(results["PostgreSQL"], str))
+        stack_cost = run_stack_cost(results["PostgreSQL"], Path(tmp) / "stack-cost.json")
         compaction = {"SQLite": run_compaction("SQLite (fresh file, WAL)", _env(Path(tmp) / "c-sqlite"))}
         if not isinstance(results["PostgreSQL"], str) and not recreate_postgres_database(POSTGRES_URL):
             compaction["PostgreSQL"] = run_compaction(f"PostgreSQL ({POSTGRES_URL}, recreated)",
@@ -294,6 +295,7 @@ def main() -> int:
     print(summary(results, peers), flush=True)
     print(stream_summary(streams), flush=True)
     print(notify, flush=True)
+    print(stack_cost, flush=True)
     print(scale_summary(scale), flush=True)
     write_json(load, results, peers, streams, scale)
     failed = [name for name, value in [*results.items(), *streams.items(), ("scale", scale)]
@@ -304,6 +306,18 @@ def main() -> int:
     if run_load() != 0:
         failed.append("load test")
     return 1 if failed else 0
+
+
+def run_stack_cost(kernel: Result | str, result_file: Path) -> str:
+    """:mod:`bench.stack_cost`: CPU per settled exchange over every process of the production stack,
+    against the kernel PostgreSQL turn this run measured (issue 34). Returns its report's text."""
+    print("\n=== Stack cost per exchange vs the kernel's turn (issue 34, bench/stack_cost.py) ===", flush=True)
+    if isinstance(kernel, str):
+        return f"stack cost: not measured (the kernel's PostgreSQL turn was not: {kernel})"
+    value = run_for_json([sys.executable, "-m", "bench.stack_cost", "--kernel", str(kernel.median_ms),
+                          str(kernel.cpu_median_ms), "--result-file", str(result_file)], dict(os.environ),
+                         result_file, LOAD_TIMEOUT_S)
+    return f"stack cost: not measured ({value})" if isinstance(value, str) else str(value["text"])
 
 
 def run_scale() -> dict[str, object] | str:

@@ -48,6 +48,14 @@ BENCH_AGENT = {
         {"answer": "noted and searched: {last_result}"},
     ],
 }
+# The issue-34 exchange (``bench.stack_cost``): two model calls around one ungated tool. Its model is
+# a real HTTPS provider on loopback; the playbook only serves when none is configured.
+ONE_TOOL_AGENT = {
+    "name": "bench-one-tool", "kind": "chat", "description": "Stack cost: one ungated tool per message",
+    "system_prompt": "You search, then answer.",
+    "allowed_tools": ["search_knowledge"],
+    "playbook": [{"tool": "search_knowledge", "args": {"query": "{input}"}}, {"answer": "found: {last_result}"}],
+}
 
 
 PROBE_NAME = "skald-bench-probe"  # the bench's own connections, left out of the counts
@@ -84,8 +92,9 @@ def seed_agent() -> None:
     django.setup()
     from skald.models import Agent
 
-    fields = {k: v for k, v in BENCH_AGENT.items() if k != "name"}
-    Agent.objects.update_or_create(name=BENCH_AGENT["name"], defaults=fields)
+    for agent in (BENCH_AGENT, ONE_TOOL_AGENT):
+        fields = {k: v for k, v in agent.items() if k != "name"}
+        Agent.objects.update_or_create(name=agent["name"], defaults=fields)
 
 
 @dataclass

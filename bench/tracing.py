@@ -47,7 +47,7 @@ def measure(*, turns: int, warmup: int, flush_every: int, workspace: Path, sessi
     provider = bench_provider()
     env = build_env(create_session(user.pk, "tracing bench"), provider, workspace)
     assert configure()
-    traced, exporter = tracing.tracer, otel.provider()
+    traced, exporter = tracing.tracer, otel.processor()
     assert exporter is not None
 
     def switch(mode: str) -> None:  # the tracer stays built: a turn toggles the kernel's seam only

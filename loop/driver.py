@@ -64,31 +64,35 @@ def drive_exchange(
     cancel: CancelToken | None = None,
     resume: Sequence[ToolCall] = (),
     approved: frozenset[int] = frozenset(),
+    queued: bool = False,
 ) -> ExchangeResult:
     """Claim and drive an open exchange to a settled or parked outcome.
 
     ``resume`` are calls a crash or a human left unfinished (recovery): their round completes
-    first, re-gated except the ``approved`` ones (a human just decided those).
+    first, re-gated except the ``approved`` ones (a human just decided those). ``queued``: the
+    caller claimed it with ``claim_token`` after it waited for a worker (not at its admission).
 
     Raises:
         ClaimRefused: the exchange is not open or another driver holds it.
         LoopError: an infrastructure breach; the exchange is marked broken first.
     """
     if not tracing.enabled:
-        return _drive(env, exchange, claim_token=claim_token, cancel=cancel, resume=resume, approved=approved)
+        return _drive(env, exchange, claim_token=claim_token, cancel=cancel, resume=resume, approved=approved,
+                      queued=queued)
     restore = tracing.tracer.resume(exchange.traceparent)  # the admission's trace, in any process
     try:
-        return _drive(env, exchange, claim_token=claim_token, cancel=cancel, resume=resume, approved=approved)
+        return _drive(env, exchange, claim_token=claim_token, cancel=cancel, resume=resume, approved=approved,
+                      queued=queued)
     finally:
         restore()
 
 
 def _drive(env: LoopEnv, exchange: Exchange, *, claim_token: str, cancel: CancelToken | None,
-           resume: Sequence[ToolCall], approved: frozenset[int]) -> ExchangeResult:
+           resume: Sequence[ToolCall], approved: frozenset[int], queued: bool = False) -> ExchangeResult:
     if exchange.status == ExchangeStatus.SETTLED:
         return _replayed(exchange)
-    claimed_at_admission = exchange.claim_token == claim_token
-    if not claimed_at_admission and not env.store.exchanges.claim(exchange.pk, claim_token):
+    claimed_at_admission = exchange.claim_token == claim_token and not queued
+    if exchange.claim_token != claim_token and not env.store.exchanges.claim(exchange.pk, claim_token):
         raise ClaimRefused(f"exchange {exchange.pk} is not open or is claimed by another driver")
     exchange.claim_token = claim_token
     if tracing.enabled and not claimed_at_admission:

@@ -180,13 +180,23 @@ def _stop(env: LoopEnv, exchange: Exchange, reason: str) -> RunOutcome:
     return stopped
 
 
-def recover_exchange(env: LoopEnv, exchange_id: int, *, claim_token: str) -> ExchangeResult | None:
+def recover_exchange(env: LoopEnv, exchange_id: int, *, claim_token: str,
+                     read: Exchange | None = None) -> ExchangeResult | None:
     """Continue an exchange no live driver holds (SPEC R1, R2): a lapsed lease, a lost task, a
     parked exchange whose answers were never carried out. No new message: the history is made
     well-formed (over the whole frame tree) and a normal loop runs on it. None when a live driver
     holds it (nothing to do).
+
+    An exchange no driver ever claimed (its task's first delivery, or a task that was lost before
+    it ran) has nothing to recover: it is driven as the worker that admitted it would. ``read``: the
+    row as the caller read it before the claim, which spares reading it again.
     """
     store = env.store
+    if store.exchanges.claim_first(exchange_id, claim_token):
+        exchange = read if read is not None and read.pk == exchange_id and read.claimed_at is None \
+            else store.exchanges.get(exchange_id)
+        exchange.claim_token = claim_token
+        return drive_exchange(env, exchange, claim_token=claim_token, queued=True)
     if not store.exchanges.claim_for_recovery(exchange_id, claim_token, principal=env.principal):
         return None
     exchange = store.exchanges.get(exchange_id)

@@ -125,6 +125,12 @@ class ExchangeLog:
         with transaction.atomic():
             return rows.claim(exchange_id, token, self.journal.now(), self._lease_until())
 
+    def claim_first(self, exchange_id: int, token: str) -> bool:
+        """Claim an open exchange that no driver ever claimed: its task's first delivery. Nothing of it
+        has run, so there is nothing to recover (no audit row of a resumption either)."""
+        with transaction.atomic():
+            return rows.claim(exchange_id, token, self.journal.now(), self._lease_until(), first=True)
+
     def claim_for_recovery(self, exchange_id: int, token: str, *, principal: str, reason: str = "recovery") -> bool:
         """Claim an active (open or parked) exchange that no live driver holds: unclaimed, or its
         lease lapsed. Recovery and resolvers claim exactly like a live turn, so two never drive

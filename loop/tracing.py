@@ -60,7 +60,8 @@ class Tracer(Protocol):
     def start(self, name: str, attributes: Attributes, *, parent: str | None = None, links: Sequence[str] = (),
               start_time: datetime | None = None) -> Span:
         """A new span: a child of ``parent`` (a traceparent; None: this thread's current span),
-        linked to ``links`` (traceparents), starting at ``start_time`` (None: now)."""
+        linked to ``links`` (traceparents), starting at ``start_time`` (None: now). The span may
+        keep ``attributes`` as its own: pass a mapping built for the call, and change it no more."""
         ...
 
     def current(self, span: Span) -> Callable[[], object]:

@@ -195,7 +195,11 @@ Q_CLUSTER: dict[str, object] = {
     "retry": SKALD_TASK_TIMEOUT + 60,
     "max_attempts": 1,  # the kernel recovers explicitly; a blind retry could double-drive a turn
     "catch_up": False,
-    "save_limit": 500,
+    # django-q2's own record of a task that succeeded. Skald's records are the truth (the outbox row's
+    # done_at, the exchange, the audit chain), and with a positive limit django-q2's monitor locks and
+    # loads every stored success row to prune one, for each task (issue 34). Failures are always kept.
+    # -1: no success rows (the default); 0: keep them all; N: keep the newest N.
+    "save_limit": envint("SKALD_Q_SAVE_LIMIT", -1, minimum=-1),
     # django-q2 replaces a worker process after this many tasks (its default, 500); the scale bench
     # raises it to watch one worker's memory over 1,000 exchanges.
     "recycle": envint("SKALD_Q_RECYCLE", 500, minimum=1),

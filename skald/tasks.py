@@ -14,7 +14,7 @@ from audit.services import chain_verify_incremental
 from loop.errors import LeaseLost
 from loop.models import Exchange, ExchangeStatus, ToolCall
 from loop.recovery import recover_exchange, resolve_pending
-from skald.cases.runs import run_sync_from_exchange, runs_out_of_step, runs_stuck_announce
+from skald.cases.runs import run_sync_for, runs_out_of_step, runs_stuck_announce
 from skald.core import clock
 from skald.core.ids import new_token
 from skald.core.queue import enqueue_now
@@ -41,7 +41,8 @@ def run_kernel_turn(exchange_id: int) -> str:
     worker left.
     """
     exchange = Exchange.objects.select_related("session").get(pk=exchange_id)
-    session_services.repair_stale_exchange(session=exchange.session)
+    if exchange.claimed_at is not None:  # never claimed: it is the session's one active exchange, nothing is stale
+        session_services.repair_stale_exchange(session=exchange.session)
     return _recover(exchange)
 
 
@@ -60,7 +61,7 @@ def _recover(exchange: Exchange) -> str:
         return exchange.status
     try:
         env = build_env(exchange.session, exchange_id=exchange.pk)
-        result = recover_exchange(env, exchange.pk, claim_token=new_token())
+        result = recover_exchange(env, exchange.pk, claim_token=new_token(), read=exchange)
     except LeaseLost:  # this worker stalled past its lease; the driver that took over goes on
         logger.warning("exchange %s: lease lost to another driver", exchange.pk)
         return "lease lost"
@@ -71,15 +72,16 @@ def _recover(exchange: Exchange) -> str:
 
 def after_exchange(exchange_id: int) -> None:
     """Product follow-ups of a settled or parked exchange (runs, proposals, jobs) hook in here."""
+    exchange = Exchange.objects.filter(pk=exchange_id).first()  # read once for every follow-up
+    if exchange is None:
+        return
     try:
-        run_sync_from_exchange(exchange_id)
+        run_sync_for(exchange)
     except Exception:  # the exchange's own outcome is already durable
         logger.exception("run sync after exchange %s failed", exchange_id)
     try:
-        runner.job_sync_from_exchange(exchange_id)  # a job's own exchange ended later
-        session_id = Exchange.objects.filter(pk=exchange_id).values_list("session_id", flat=True).first()
-        if session_id is not None:
-            delivery.deliver_due(session_id=session_id)  # endings that waited for this parent to be idle
+        runner.job_sync_for(exchange)  # a job's own exchange ended later
+        delivery.deliver_due(session_id=exchange.session_id)  # endings that waited for this parent to be idle
     except Exception:
         logger.exception("job follow-up after exchange %s failed", exchange_id)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -447,3 +447,34 @@ def parse_allow_cidrs(text: str) -> tuple[IPNetwork, ...]:
         except ValueError:
             raise ValueError(f"entry {position} is not a valid CIDR") from None
     return tuple(networks)
+
+
+class ScreenedEgress:
+    """One feature's outbound screen over its own CIDR setting (``SKALD_MCP_ALLOW_CIDRS``,
+    ``SKALD_NOTIFY_ALLOW_CIDRS``, ...): the resolver its look-ups use (tests script DNS with
+    :meth:`set_resolver`) and the networks the setting admits, read again at each use.
+
+    Args:
+        cidrs: reads the setting's text.
+        invalid: the feature's error for a setting that does not parse, given why.
+    """
+
+    def __init__(self, cidrs: Callable[[], str], invalid: Callable[[str], Exception]) -> None:
+        self._cidrs = cidrs
+        self._invalid = invalid
+        self.resolver: Resolver = SystemResolver()
+
+    def set_resolver(self, resolver: Resolver | None) -> None:
+        """Tests script DNS here; None restores the system's."""
+        self.resolver = resolver or SystemResolver()
+
+    def allow_cidrs(self) -> tuple[IPNetwork, ...]:
+        """Raises: the feature's error (``invalid``) when the setting does not parse."""
+        try:
+            return parse_allow_cidrs(self._cidrs() or "")
+        except ValueError as exc:
+            raise self._invalid(str(exc)) from None
+
+    def screen(self, url_host: str, port: int) -> str:
+        """:func:`resolve_and_screen` with this resolver and these networks."""
+        return resolve_and_screen(url_host, port, self.resolver, self.allow_cidrs())

@@ -21,6 +21,7 @@ import httpx
 from loop import tracing
 from loop.cancellation import CancelToken
 from loop.errors import ProviderError
+from loop.providers import connections
 from loop.providers.base import (
     AssistantMessage,
     Delta,
@@ -38,6 +39,7 @@ from loop.providers.guarded_http import ssl_context
 from loop.providers.netguard import Resolver, SystemResolver, parse_endpoint, resolve_and_screen
 from loop.providers.profile import ProviderProfile, read_secret
 
+DRAIN_SECONDS = 0.5  # what a server may take after [DONE] to end its chunked body
 DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=120.0, write=30.0, pool=10.0)
 MAX_LINE_BYTES = 1024 * 1024
 ERROR_BODY_BYTES = 2048
@@ -245,8 +247,9 @@ class _SocketBreaker:
 
     ``shutdown`` (unlike ``close``) wakes a ``recv`` blocked in another thread, and touching only the
     socket keeps httpx's own state single-threaded: the streaming thread then sees EOF, raises, and
-    closes the response itself. The socket is captured through httpcore's ``trace`` extension, so a
-    cancel also interrupts a wait for response headers.
+    closes the response itself. The connection's streams hand their socket over as the request
+    writes and reads (a kept-alive connection too), so a cancel also interrupts a wait for response
+    headers.
     """
 
     def __init__(self) -> None:
@@ -254,15 +257,15 @@ class _SocketBreaker:
         self._sock: socket.socket | None = None
         self._fired = False
 
-    def trace(self, event: str, info: dict[str, Any]) -> None:
-        if event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
-            stream = info.get("return_value")
-            sock = stream.get_extra_info("socket") if stream is not None else None
-            with self._lock:
-                self._sock = sock
-                fired = self._fired
-            if fired:
-                _shutdown(sock)
+    def attach(self, sock: socket.socket | None) -> None:
+        """The request's connection, new or kept alive (:func:`loop.providers.connections.capturing`)."""
+        if sock is None or sock is self._sock:
+            return
+        with self._lock:
+            self._sock = sock
+            fired = self._fired
+        if fired:
+            _shutdown(sock)
 
     def fire(self) -> None:
         with self._lock:
@@ -345,12 +348,8 @@ class OpenAICompatProvider:
         secret = read_secret(self._profile)
         endpoint = self._endpoint
         pinned = resolve_and_screen(endpoint.host, endpoint.port, self._resolver, self._profile.allow_cidrs)
-        client = httpx.Client(
-            transport=httpx.HTTPTransport(verify=self._ssl_context(), retries=0, trust_env=False),
-            trust_env=False,
-            follow_redirects=False,
-            timeout=self._timeout,
-        )
+        client = connections.client_for(pinned, endpoint.port, endpoint.host, self._profile.ca_file or "",
+                                        self._ssl_context(), self._timeout)
         breaker = _SocketBreaker()
         unregister = cancel.on_cancel(breaker.fire)
         response: httpx.Response | None = None
@@ -361,21 +360,21 @@ class OpenAICompatProvider:
                 content=body,
                 headers=self._headers(secret),
                 # Connect to the pinned IP while TLS (SNI + hostname check) uses the real host.
-                extensions={"sni_hostname": endpoint.host, "trace": breaker.trace},
+                extensions={"sni_hostname": endpoint.host},
             )
             try:
-                response = client.send(request, stream=True)
+                with connections.capturing(breaker):
+                    response = client.send(request, stream=True)
             except httpx.HTTPError as exc:
                 raise _transport_error(exc, cancel, secret) from None
             if cancel.cancelled:
                 raise _canceled()
             _check_response(response, secret)
-            yield from _deltas(response, cancel, secret)
+            yield from _deltas(response, cancel, secret, breaker)
         finally:
             unregister()
             if response is not None:
-                response.close()
-            client.close()
+                response.close()  # a response read to its end leaves its connection to the next call
 
     def _pinned_url(self, pinned: str) -> str:
         shown = f"[{pinned}]" if isinstance(ipaddress.ip_address(pinned), ipaddress.IPv6Address) else pinned
@@ -396,6 +395,22 @@ class OpenAICompatProvider:
 
     def _ssl_context(self) -> ssl.SSLContext:
         return ssl_context(self._profile.ca_file or "")
+
+
+def _drain(events: Iterator[str], breaker: _SocketBreaker) -> None:
+    """Read what follows ``[DONE]`` (the chunked body's last chunk), so the connection is left whole
+    for the next call (:mod:`loop.providers.connections`). A server that keeps the stream open after
+    ``[DONE]`` gets :data:`DRAIN_SECONDS`, then its connection is shut down and not reused."""
+    guard = threading.Timer(DRAIN_SECONDS, breaker.fire)
+    guard.daemon = True
+    guard.start()
+    try:
+        for _ in events:
+            pass
+    except httpx.HTTPError:
+        pass  # the answer is complete; the connection is simply not kept
+    finally:
+        guard.cancel()
 
 
 def _check_response(response: httpx.Response, secret: str) -> None:
@@ -424,11 +439,12 @@ def _excerpt(response: httpx.Response) -> str:
     return " ".join(raw[:ERROR_BODY_BYTES].decode("utf-8", "replace").split())[:EXCERPT_CHARS]
 
 
-def _deltas(response: httpx.Response, cancel: CancelToken, secret: str) -> Iterator[Delta]:
+def _deltas(response: httpx.Response, cancel: CancelToken, secret: str, breaker: _SocketBreaker) -> Iterator[Delta]:
     turn = _Turn()
     done = False
     try:
-        for data in sse_events(_lines(response.iter_bytes())):
+        events = sse_events(_lines(response.iter_bytes()))
+        for data in events:
             if cancel.cancelled:
                 raise _canceled()
             if data.strip() == "[DONE]":
@@ -437,6 +453,8 @@ def _deltas(response: httpx.Response, cancel: CancelToken, secret: str) -> Itera
             yield from decode_chunk(data, turn, secret)
     except httpx.HTTPError as exc:
         raise _transport_error(exc, cancel, secret) from None
+    if done:
+        _drain(events, breaker)
     if cancel.cancelled:
         raise _canceled()
     if not done:

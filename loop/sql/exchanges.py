@@ -125,12 +125,15 @@ def create_exchange(
 
 
 def claim(exchange_id: int, token: str, now: datetime, lease_until: datetime, *, statuses: Iterable[str] = (
-        ExchangeStatus.OPEN,), take_lapsed: bool = False) -> bool:
+        ExchangeStatus.OPEN,), take_lapsed: bool = False, first: bool = False) -> bool:
     """Claim an exchange in ``statuses`` that nobody holds (or this token holds). With
-    ``take_lapsed`` a claim whose lease ran out is taken over too (recovery)."""
+    ``take_lapsed`` a claim whose lease ran out is taken over too (recovery); with ``first`` only
+    an exchange nobody ever claimed (``claimed_at`` stays set after a release)."""
     free = Q(claim_token="") | Q(claim_token=token)
     if take_lapsed:
         free |= Q(lease_until__lt=now)
+    if first:
+        free = Q(claim_token="", claimed_at__isnull=True)
     return Exchange.objects.filter(pk=exchange_id, status__in=list(statuses)).filter(free).update(
         claim_token=token, claimed_at=now, lease_until=lease_until) == 1
 

@@ -62,5 +62,5 @@ class TaskCancel(APIView):
     def post(self, request: Request, source: str, job_id: int) -> Response:
         job = selectors.task_get(user=caller(request), job_id=job_id)
         services.job_cancel(job_id=job.pk, principal=f"user:{caller(request).pk}")
-        job = selectors.tasks_for(user=caller(request), source=job.source).filter(pk=job.pk).first() or job
+        job = selectors.task_get(user=caller(request), job_id=job.pk)  # as it is now: maybe ended already
         return Response(TaskSerializer(job).data, status=status.HTTP_202_ACCEPTED)

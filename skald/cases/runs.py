@@ -121,7 +121,13 @@ def runs_out_of_step(limit: int = 100) -> list[int]:
 def run_sync_from_exchange(exchange_id: int) -> Run | None:
     """Bring the run of an exchange's session in step with it; capture proposals when it resolves."""
     exchange = Exchange.objects.filter(pk=exchange_id).first()
-    if exchange is None:
+    return None if exchange is None else run_sync_for(exchange)
+
+
+def run_sync_for(exchange: Exchange) -> Run | None:
+    """:func:`run_sync_from_exchange` for an exchange row the caller has already read. A session that
+    no run follows (a conversation) costs one indexed look, not a locking transaction."""
+    if not Run.objects.filter(session_id=exchange.session_id).exists():
         return None
     resolved = False
     with transaction.atomic():

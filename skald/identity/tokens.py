@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, cast
 
 from django.db.models import OuterRef, Subquery
@@ -55,12 +56,19 @@ class _UsersWithTokenVersion:
         self.objects = model.objects.annotate(skald_token_version=Coalesce(Subquery(version), 0))
 
 
+@lru_cache(maxsize=1)
+def _users_with_token_version(model: Any) -> _UsersWithTokenVersion:
+    # Built once per process: DRF makes an authenticator for every request, and composing the
+    # annotated queryset cost more than the query it sends. Each look-up clones it.
+    return _UsersWithTokenVersion(model)
+
+
 class RevocableJWTAuthentication(JWTAuthentication):
     """simplejwt's bearer authentication, refusing a token issued before the user's last revocation."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.user_model = cast(Any, _UsersWithTokenVersion(self.user_model))
+        self.user_model = cast(Any, _users_with_token_version(self.user_model))
 
     def get_user(self, validated_token: Token) -> Any:
         user = super().get_user(validated_token)  # simplejwt's checks, through the annotated query

@@ -17,6 +17,7 @@ from django_q.models import Schedule
 from audit.actors import Actor
 from audit.kinds import AuditKind
 from audit.services import audit_append
+from loop import tracing
 from loop.delegation import child_exec_allowlist
 from loop.errors import HarnessError
 from skald.core import clock
@@ -26,6 +27,7 @@ from skald.jobs.notices import owner_notices_session
 from skald.loop_adapters.catalog import AgentRowCatalog
 from skald.loop_adapters.selection import select_model
 from skald.models import AgentKind
+from skald.tracing.spans import schedule_span
 
 CRON_FUNC = "skald.tasks.run_cron_job"
 
@@ -85,7 +87,7 @@ def cron_job_create(
                          code="cron_home_ambiguous")
     allowed = [name for name in spec.tools if tools is None or name in set(tools)]
     exec_allowlist = child_exec_allowlist(creator_exec, spec.exec_allowlist)
-    with transaction.atomic():
+    with tracing.active(schedule_span("create", agent=spec.name, cron=cron)) as span, transaction.atomic():
         if notify_owner:
             home_session_id = owner_notices_session(owner_id=owner_id).pk
         now = clock.now()
@@ -94,7 +96,9 @@ def cron_job_create(
             task=task, tools=allowed, cron=cron, home_session_id=home_session_id, notify_owner=notify_owner,
             exec_allowlist=None if exec_allowlist is None else list(exec_allowlist),
             selection=select_model(spec).as_dict(), created_at=now, updated_at=now,
+            scope_extras=_trace_link(span),
         )
+        span.set({"skald.job.id": job.pk})
         schedule = Schedule.objects.create(name=f"skald.cron_job.{job.pk}", func=CRON_FUNC, args=str(job.pk),
                                            schedule_type=Schedule.CRON, cron=cron, repeats=-1)
         ScheduledJob.objects.filter(pk=job.pk).update(schedule=schedule)
@@ -105,6 +109,13 @@ def cron_job_create(
                               "schedule": schedule.pk, "next_run": schedule.next_run.isoformat()
                               if schedule.next_run else None})
     return job
+
+
+def _trace_link(span: tracing.Span) -> dict[str, str]:
+    """What a cron job keeps of the span that scheduled it: every run's admission links to it
+    (``skald.jobs.runner``), as a task's links to its spawning call. Nothing while tracing is off."""
+    traceparent = span.traceparent()
+    return {"traceparent": traceparent} if traceparent else {}
 
 
 def cron_job_update(*, job_id: int, expression: str, task: str, principal: str) -> ScheduledJob:
@@ -120,9 +131,12 @@ def cron_job_update(*, job_id: int, expression: str, task: str, principal: str) 
         job = ScheduledJob.objects.select_for_update().get(pk=job_id, kind=JobKind.CRON)
         if job.status != JobStatus.SCHEDULED:
             raise SkaldError("the cron job is not scheduled", code="job_not_active", http_status=409)
-        changed = [name for name, value in (("cron", cron), ("task", task)) if getattr(job, name) != value]
-        job.cron, job.task, job.updated_at = cron, task, clock.now()
-        job.save(update_fields=["cron", "task", "updated_at"])
+        with tracing.active(schedule_span("update", agent=job.agent, cron=cron)) as span:
+            span.set({"skald.job.id": job.pk})
+            changed = [name for name, value in (("cron", cron), ("task", task)) if getattr(job, name) != value]
+            job.cron, job.task, job.updated_at = cron, task, clock.now()
+            job.scope_extras = {**job.scope_extras, **_trace_link(span)}
+            job.save(update_fields=["cron", "task", "updated_at", "scope_extras"])
         schedule = Schedule.objects.filter(pk=job.schedule_id).first()
         if schedule is not None and "cron" in changed:
             schedule.cron = cron

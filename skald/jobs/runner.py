@@ -5,7 +5,6 @@ classification of how it ended."""
 from __future__ import annotations
 
 import logging
-import re
 from datetime import timedelta
 
 from django.conf import settings
@@ -13,21 +12,25 @@ from django.db import transaction
 
 from loop.admission import InputRefused
 from loop.driver import LoopEnv, admit_exchange, drive_exchange
-from loop.events import EventKind
-from loop.models import Exchange, ExchangeStatus, SessionEvent
-from loop.outcomes import AwaitingHuman, Completed, RunOutcome, outcome_from_receipt
+from loop.models import Exchange
+from loop.outcomes import AwaitingHuman
 from skald.core import clock
 from skald.core.ids import new_token
 from skald.core.queue import enqueue_on_commit
 from skald.jobs.classify import classify, crashed, refused
 from skald.jobs.models import JobKind, JobRun, JobStatus, RunEnding, ScheduledJob
-from skald.jobs.services import RUN_TASK, job_request_key, job_run_finish, job_run_start
+from skald.jobs.output import partial_output, run_output
+from skald.jobs.services import (
+    RUN_TASK,
+    job_request_key,
+    job_run_finish,
+    job_run_start,
+    job_sync_for,
+    job_sync_from_exchange,
+)
 from skald.loop_adapters.runtime import build_env
 
 logger = logging.getLogger(__name__)
-
-PARTIAL_CAP = 4000
-_JOB_KEY = re.compile(r"^job:(\d+):run:(\d+)$")
 
 
 def job_env(job: ScheduledJob, run: JobRun) -> LoopEnv:
@@ -36,27 +39,6 @@ def job_env(job: ScheduledJob, run: JobRun) -> LoopEnv:
     recorded grant)."""
     assert run.session is not None
     return build_env(run.session)
-
-
-def partial_output(session_id: int | None, *, narrative: str = "") -> str:
-    """Whatever a run produced before it ended: its assistant texts and tool results, newest last."""
-    if session_id is None:
-        return ""
-    parts: list[str] = []
-    rows = SessionEvent.objects.filter(session_id=session_id, narrative=narrative,
-                                       kind__in=[EventKind.ASSISTANT, EventKind.TOOL_RESULT]).order_by("seq")
-    for kind, payload in rows.values_list("kind", "payload"):
-        text = str(payload.get("content", "")).strip()
-        if text:
-            parts.append(text if kind == EventKind.ASSISTANT else f"[{payload.get('name')}] {text}")
-    joined = "\n".join(parts)
-    return joined[-PARTIAL_CAP:]
-
-
-def _output(outcome: RunOutcome, session_id: int | None) -> str:
-    if isinstance(outcome, Completed):
-        return outcome.answer
-    return partial_output(session_id)
 
 
 def run_job(job_id: int) -> str:
@@ -68,7 +50,8 @@ def run_job(job_id: int) -> str:
     exchange: Exchange | None = None
     try:
         env = job_env(job, run)
-        # A task's trace is its own, linked to the call that spawned it (not nested: it outlives it).
+        # A run's trace is its own, linked to what asked for it (not nested: it outlives it): a task's
+        # to the call that spawned it, a cron run's to the request that created or last changed its job.
         parent = str(job.scope_extras.get("traceparent") or "")
         exchange, _ = admit_exchange(env, request_key=job_request_key(job, run.number), content=job.task,
                                      author=f"agent:{job.scope_extras.get('gate_agent') or 'cron'}",
@@ -88,34 +71,12 @@ def run_job(job_id: int) -> str:
         return RunEnding.FAILED
     if isinstance(result.outcome, AwaitingHuman):
         return "awaiting_human"  # classified when the exchange settles (job_sync_from_exchange)
-    job_run_finish(run_id=run.pk, ending=classify(result.outcome), output=_output(result.outcome, run.session_id),
+    job_run_finish(run_id=run.pk, ending=classify(result.outcome), output=run_output(result.outcome, run.session_id),
                    exchange_id=exchange.pk)
     return classify(result.outcome).status
 
 
-def job_sync_from_exchange(exchange_id: int) -> JobRun | None:
-    """A job's exchange that ended later (after an approval, or repaired after a lost worker) ends
-    its run here: the same classification, once."""
-    exchange = Exchange.objects.filter(pk=exchange_id).first()
-    if exchange is None or exchange.status not in (ExchangeStatus.SETTLED, ExchangeStatus.BROKEN):
-        return None
-    match = _JOB_KEY.match(exchange.request_key)
-    if match is None:
-        return None
-    run = JobRun.objects.filter(job_id=int(match.group(1)), number=int(match.group(2)),
-                                status=RunEnding.RUNNING).first()
-    if run is None:
-        return None
-    if exchange.status == ExchangeStatus.BROKEN:
-        ending = crashed(f"the run broke ({exchange.error_code})")
-        output = partial_output(exchange.session_id)
-    else:
-        outcome = outcome_from_receipt(exchange.outcome, exchange.receipt, turns=exchange.turns)
-        ending, output = classify(outcome), _output(outcome, exchange.session_id)
-    return job_run_finish(run_id=run.pk, ending=ending, output=output, exchange_id=exchange.pk)
-
-
-__all__ = ["JobKind", "job_env", "job_sync_from_exchange", "partial_output", "run_job"]
+__all__ = ["JobKind", "job_env", "job_sync_for", "job_sync_from_exchange", "partial_output", "run_job"]
 
 
 LOST_QUEUE_AFTER = timedelta(minutes=5)

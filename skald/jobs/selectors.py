@@ -31,7 +31,8 @@ def tasks_for(*, user: AbstractBaseUser, source: str) -> QuerySet[ScheduledJob]:
 
 
 def task_get(*, user: AbstractBaseUser, job_id: int) -> ScheduledJob:
-    job = ScheduledJob.objects.filter(owner_id=user.pk, pk=job_id, kind=JobKind.TASK).first()
+    job = (ScheduledJob.objects.filter(owner_id=user.pk, pk=job_id, kind=JobKind.TASK)
+           .prefetch_related(Prefetch("runs", queryset=JobRun.objects.order_by("number"))).first())
     if job is None:
         raise NotFound("No such task.", code="task_not_found")
     return job

@@ -7,7 +7,9 @@ conversation (its source) receive it over the websocket, and a reconnect replays
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -21,14 +23,16 @@ from audit.services import audit_append
 from loop.events import EventKind
 from loop.failpoints import failpoint
 from loop.masking import withhold_credentials
-from loop.models import Exchange, Session
+from loop.models import Exchange, ExchangeStatus, Session
+from loop.outcomes import outcome_from_receipt
 from skald import plugins
 from skald.core import clock
 from skald.core.errors import Conflict, NotFound
 from skald.core.ids import new_token
 from skald.core.queue import enqueue_on_commit
-from skald.jobs.classify import Ending
+from skald.jobs.classify import Ending, classify, crashed
 from skald.jobs.models import JobKind, JobRun, JobStatus, RunEnding, ScheduledJob
+from skald.jobs.output import partial_output, run_output
 from skald.loop_adapters.store import kernel_store
 from skald.notifications.events import Event as Notice
 from skald.notifications.events import EventKind as NoticeKind
@@ -41,6 +45,9 @@ TASKS_ACTOR = Actor.system("tasks")
 RUN_TASK = "skald.tasks.run_job"
 DELIVER = "skald.tasks.deliver_job_run"
 FOLLOW_EXCHANGE = "skald.tasks.recover_exchange_task"  # a settled exchange: its run is classified and delivered
+
+
+_JOB_KEY = re.compile(r"^job:(\d+):run:(\d+)$")
 
 
 def job_request_key(job: ScheduledJob, run_number: int) -> str:
@@ -308,13 +315,43 @@ def job_cancel(*, job_id: int, principal: str) -> ScheduledJob:
 def _stop_unheld_run(exchange_id: int, *, principal: str) -> None:
     """A run parked on an approval has no driver to see the stop: it is settled here, as a session
     stop settles one, with its waiting calls and their approvals (withdrawn: answering one is a
-    409), and the run's ending is then classified and delivered by the worker that follows every
-    settled exchange (issue 27 §6). A run a live driver holds sees the sticky request instead."""
+    409); the run ends ``cancelled`` as that commits, and its delivery is enqueued (issue 27 §6).
+    A run a live driver holds sees the sticky request instead."""
     store = kernel_store()
     with transaction.atomic():
         if store.exchanges.claim_for_recovery(exchange_id, new_token(), principal=principal, reason="stop"):
             stop_unheld(store.exchanges.get(exchange_id), principal=principal, ending=TASK_WITHDRAWN)
+            # The run ends once this commits, in the cancelling request, not when a worker gets to
+            # the follow-up: the cancel's answer already says cancelled (issue 27 §6).
+            transaction.on_commit(partial(job_sync_from_exchange, exchange_id))
             enqueue_on_commit(FOLLOW_EXCHANGE, exchange_id)
+
+
+def job_sync_from_exchange(exchange_id: int) -> JobRun | None:
+    """A job's exchange that ended later (after an approval, a cancel while it was parked, or
+    repaired after a lost worker) ends its run here: the same classification, once."""
+    exchange = Exchange.objects.filter(pk=exchange_id).first()
+    return None if exchange is None else job_sync_for(exchange)
+
+
+def job_sync_for(exchange: Exchange) -> JobRun | None:
+    """:func:`job_sync_from_exchange` for an exchange row the caller has already read."""
+    if exchange.status not in (ExchangeStatus.SETTLED, ExchangeStatus.BROKEN):
+        return None
+    match = _JOB_KEY.match(exchange.request_key)
+    if match is None:
+        return None
+    run = JobRun.objects.filter(job_id=int(match.group(1)), number=int(match.group(2)),
+                                status=RunEnding.RUNNING).first()
+    if run is None:
+        return None
+    if exchange.status == ExchangeStatus.BROKEN:
+        ending = crashed(f"the run broke ({exchange.error_code})")
+        output = partial_output(exchange.session_id)
+    else:
+        outcome = outcome_from_receipt(exchange.outcome, exchange.receipt, turns=exchange.turns)
+        ending, output = classify(outcome), run_output(outcome, exchange.session_id)
+    return job_run_finish(run_id=run.pk, ending=ending, output=output, exchange_id=exchange.pk)
 
 
 def job_cancel_for_session(*, session_id: int, principal: str) -> list[int]:

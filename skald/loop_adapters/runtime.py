@@ -3,7 +3,7 @@ gate, scope. Entry points (tasks, services) build a :class:`~loop.driver.LoopEnv
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -107,6 +107,29 @@ def deployment_exec_allowlist() -> tuple[str, ...] | None:
         return None
 
 
+class SessionExtras(Mapping[str, Any]):
+    """:func:`session_extras`, read when a tool first asks (``read_logs``, a spawned task): most
+    turns never do, and the query's annotations cost more to build than to run (issue 34)."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._facts: dict[str, Any] | None = None
+
+    def _read(self) -> dict[str, Any]:
+        if self._facts is None:
+            self._facts = session_extras(self._session)
+        return self._facts
+
+    def __getitem__(self, key: str) -> Any:
+        return self._read()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._read())
+
+    def __len__(self) -> int:
+        return len(self._read())
+
+
 def session_extras(session: Session) -> dict[str, Any]:
     """What a session's tools may know about its run: the case (``read_logs``, by
     :func:`skald.sessions.selectors.session_case`) and the run. One query."""
@@ -156,7 +179,7 @@ def build_env(session: Session, *, exchange_id: int = 0, hooks: LoopHooks | None
     scope = TurnScope(
         session_id=session.pk, exchange_id=exchange_id, principal=f"user:{user_id}",
         user_id=user_id, agent=agent.name, workspace=workspace_for(session.pk), source=session.source,
-        extras=session_extras(session), exec_allowlist=deployment_exec_allowlist(),
+        extras=SessionExtras(session), exec_allowlist=deployment_exec_allowlist(),
     )
     return _root_env(agent, scope, provider_for(agent), available_tools().subset(agent.tools), hooks)
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
-import json
 import logging
 import math
 import os
@@ -41,11 +40,9 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import anyio
-import httpx2
 import mcp_types
 from anyio.streams.text import TextReceiveStream
 from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
@@ -65,6 +62,7 @@ from skald.mcp.calls import (
     ServerSpec,
 )
 from skald.mcp.definitions import Definition
+from skald.mcp.http_transport import http_streams
 
 logger = logging.getLogger(__name__)
 
@@ -259,11 +257,7 @@ class _Connection:
     def _transport(self) -> Any:
         if self.spec.transport == "stdio":
             return _stdio(self.spec, self.process)
-        transport = _Pinned(httpx2.URL(self.spec.url).host, self.spec.address) if self.spec.address else None
-        client = httpx2.AsyncClient(headers=dict(self.spec.headers), trust_env=False, follow_redirects=False,
-                                    timeout=httpx2.Timeout(30.0, read=300.0), transport=transport,
-                                    event_hooks={"request": [_traceparent_header]} if tracing.enabled else None)
-        return _http(self.spec.url, client)
+        return http_streams(self.spec)
 
     async def _message(self, message: Any) -> None:
         if isinstance(message, mcp_types.ToolListChangedNotification) and self.on_list_changed is not None:
@@ -317,51 +311,8 @@ class _Connection:
         return self.spec.transport != "stdio" or self.process.alive
 
 
-class _Pinned(httpx2.AsyncBaseTransport):
-    """Every request to ``host`` connects to ``address`` (the one the SSRF screen passed), while
-    ``Host`` and TLS (SNI, the certificate check) keep the real name, as the providers' client does:
-    a DNS answer that changes after the screen is never used."""
-
-    def __init__(self, host: str, address: str) -> None:
-        self._host = host
-        self._address = address
-        self._inner = httpx2.AsyncHTTPTransport(retries=0)
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        if request.url.host == self._host and self._host != self._address:
-            request.url = request.url.copy_with(host=self._address)
-            if request.url.scheme == "https":
-                request.extensions = {**request.extensions, "sni_hostname": self._host}
-        return await self._inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
 def _meta(traceparent: str) -> mcp_types.RequestParamsMeta | None:
     return cast("mcp_types.RequestParamsMeta", {"traceparent": traceparent}) if traceparent else None
-
-
-async def _traceparent_header(request: httpx2.Request) -> None:
-    """A tools/call carrying a traceparent in its ``_meta`` sends it as the W3C header too, so the
-    server's spans join the call's trace (the pooled session's requests are sent by its own task,
-    outside the calling thread's context: the message is where the context travels)."""
-    body = request.content
-    if b'"traceparent"' not in body:
-        return
-    try:
-        meta = json.loads(body).get("params", {}).get("_meta", {})
-    except (ValueError, AttributeError):
-        return
-    if isinstance(meta, dict) and isinstance(meta.get("traceparent"), str):
-        request.headers["traceparent"] = meta["traceparent"]
-
-
-@asynccontextmanager
-async def _http(url: str, client: httpx2.AsyncClient) -> AsyncIterator[tuple[Any, Any]]:
-    async with client:
-        async with streamable_http_client(url, http_client=client) as (read, write):
-            yield read, write
 
 
 def _describe(exc: BaseException) -> str:
@@ -412,7 +363,7 @@ class McpPool:
         """
         loop = self._ensure_loop()
         # The calling thread's span (the call's execute_tool) travels in the request's _meta, and
-        # an HTTP transport copies it into the traceparent header (_traceparent_header).
+        # an HTTP transport copies it into the traceparent header (skald/mcp/http_transport.py).
         traceparent = tracing.tracer.traceparent() if tracing.enabled else ""
         future = asyncio.run_coroutine_threadsafe(
             self._call(spec, tool, dict(arguments), timeout, on_progress, traceparent=traceparent,

@@ -23,21 +23,13 @@ from typing import Any
 from django.conf import settings
 
 from loop.errors import ProviderError
-from loop.providers.netguard import (
-    IPNetwork,
-    Resolver,
-    SystemResolver,
-    parse_allow_cidrs,
-    parse_endpoint,
-    resolve_and_screen,
-)
+from loop.providers.netguard import ScreenedEgress, parse_endpoint
 from skald.core.errors import SkaldError
 
 NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]|_(?!_)){0,23}$")  # no "__": it splits mcp__{server}__{tool}
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 HEADER_NAME = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 _LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
-_resolver: Resolver = SystemResolver()
 
 
 class McpConfigError(SkaldError):
@@ -45,17 +37,9 @@ class McpConfigError(SkaldError):
     http_status = 400
 
 
-def set_resolver(resolver: Resolver | None) -> None:
-    """Tests script DNS here; None restores the system's."""
-    global _resolver
-    _resolver = resolver or SystemResolver()
-
-
-def allow_cidrs() -> tuple[IPNetwork, ...]:
-    try:
-        return parse_allow_cidrs(settings.SKALD_MCP_ALLOW_CIDRS or "")
-    except ValueError as exc:
-        raise McpConfigError(f"SKALD_MCP_ALLOW_CIDRS: {exc}", code="mcp_allow_cidrs_invalid") from None
+egress = ScreenedEgress(
+    lambda: settings.SKALD_MCP_ALLOW_CIDRS,
+    lambda why: McpConfigError(f"SKALD_MCP_ALLOW_CIDRS: {why}", code="mcp_allow_cidrs_invalid"))
 
 
 def check_name(name: Any) -> str:
@@ -94,7 +78,7 @@ def screen_url(url: Any) -> Screened:
     plain = url[:7].lower() == "http://"
     try:
         endpoint = parse_endpoint("https://" + url[7:] if plain else url)
-        address = resolve_and_screen(endpoint.host, endpoint.port, _resolver, allow_cidrs())
+        address = egress.screen(endpoint.host, endpoint.port)
     except ProviderError as exc:
         code = "mcp_ssrf_refused" if exc.code == "provider_ssrf_refused" else "mcp_url_invalid"
         raise McpConfigError(f"the URL is refused: {exc}", code=code, field="url") from None

@@ -11,17 +11,8 @@ from django.conf import settings
 
 from loop.errors import ProviderError
 from loop.providers.guarded_http import OutboundPolicy, guarded_request
-from loop.providers.netguard import (
-    IPNetwork,
-    Resolver,
-    SystemResolver,
-    parse_allow_cidrs,
-    parse_endpoint,
-    resolve_and_screen,
-)
+from loop.providers.netguard import ScreenedEgress, parse_endpoint
 from skald.core.errors import SkaldError
-
-_resolver: Resolver = SystemResolver()
 
 
 class NotifyConfigError(SkaldError):
@@ -29,17 +20,9 @@ class NotifyConfigError(SkaldError):
     http_status = 400
 
 
-def set_resolver(resolver: Resolver | None) -> None:
-    """Tests script DNS here; None restores the system's."""
-    global _resolver
-    _resolver = resolver or SystemResolver()
-
-
-def allow_cidrs() -> tuple[IPNetwork, ...]:
-    try:
-        return parse_allow_cidrs(settings.SKALD_NOTIFY_ALLOW_CIDRS or "")
-    except ValueError as exc:
-        raise NotifyConfigError(f"SKALD_NOTIFY_ALLOW_CIDRS: {exc}", code="notify_allow_cidrs_invalid") from None
+egress = ScreenedEgress(
+    lambda: settings.SKALD_NOTIFY_ALLOW_CIDRS,
+    lambda why: NotifyConfigError(f"SKALD_NOTIFY_ALLOW_CIDRS: {why}", code="notify_allow_cidrs_invalid"))
 
 
 def screen_url(url: str) -> None:
@@ -54,7 +37,7 @@ def screen_url(url: str) -> None:
     plain = url[:7].lower() == "http://"
     try:
         endpoint = parse_endpoint("https://" + url[7:] if plain else url, query=True)
-        resolve_and_screen(endpoint.host, endpoint.port, _resolver, allow_cidrs())
+        egress.screen(endpoint.host, endpoint.port)
     except ProviderError as exc:
         code = "notify_ssrf_refused" if exc.code == "provider_ssrf_refused" else "notify_url_invalid"
         raise NotifyConfigError(f"the URL is refused: {exc}", code=code, field="target") from None
@@ -66,6 +49,6 @@ def post(url: str, body: bytes, headers: Mapping[str, str]) -> httpx.Response:
     Raises:
         ProviderError: refused by the screen, or the transport failed (never echoing the URL).
     """
-    policy = OutboundPolicy(allow_cidrs=allow_cidrs(), timeout=float(settings.SKALD_NOTIFY_TIMEOUT_SECONDS),
-                            resolver=_resolver)
+    policy = OutboundPolicy(allow_cidrs=egress.allow_cidrs(), timeout=float(settings.SKALD_NOTIFY_TIMEOUT_SECONDS),
+                            resolver=egress.resolver)
     return guarded_request("POST", url, policy=policy, headers=headers, content=body, query=True)

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import logging
 
-from opentelemetry import trace
+from skald.tracing.context import CURRENT
 
 
 class TraceContextFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        context = trace.get_current_span().get_span_context()
-        if context.is_valid:
-            record.trace_id, record.span_id = f"{context.trace_id:032x}", f"{context.span_id:016x}"
+        current = CURRENT.get()
+        if current is not None:
+            record.trace_id, record.span_id = f"{current.trace_id:032x}", f"{current.span_id:016x}"
         else:
             record.trace_id = record.span_id = ""
         return True

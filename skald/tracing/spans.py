@@ -1,4 +1,5 @@
-"""Spans the product starts itself (the kernel's are in ``loop``): a human's decision on a parked call.
+"""Spans the product starts itself (the kernel's are in ``loop``): a human's decision on a parked call,
+and the change of a cron job's schedule that its later runs link to.
 
 Each is a no-op while tracing is off (``loop.tracing.enabled``).
 """
@@ -24,3 +25,14 @@ def decision_span(*, exchange_traceparent: str, call_traceparent: str, tool: str
         attributes["skald.gate.rule"] = rule
     tracing.tracer.start(f"skald.decision {tool}", attributes, parent=exchange_traceparent or None,
                          links=(call_traceparent,) if call_traceparent else ()).end()
+
+
+def schedule_span(action: str, *, agent: str, cron: str) -> tracing.Span:
+    """``skald.job.schedule``: a cron job created or changed (``action``), a child of the request's
+    or the calling tool's span when there is one, else a trace's root. Started here, ended by the
+    caller (``with tracing.active(span):`` around the write); the job keeps its ``traceparent`` and
+    every run's admission links to it. The no-op span while tracing is off."""
+    if not tracing.enabled:
+        return tracing.NOOP.start("", {})
+    return tracing.tracer.start("skald.job.schedule", {"skald.job.action": action, "skald.job.kind": "cron",
+                                                      "gen_ai.agent.name": agent, "skald.job.cron": cron})

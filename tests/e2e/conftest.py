@@ -6,12 +6,15 @@ These tests never touch pytest-django's database: they talk HTTP and websockets 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+import httpx
 import pytest
 
-from tests.e2e.stack import Launch, Stack, launch
+from tests.e2e.crash import pg_admin, with_dbname
+from tests.e2e.stack import Api, Launch, Stack, launch, template_clause
 
 
 @pytest.fixture(scope="module")
@@ -40,3 +43,34 @@ def launch_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launch]:
         except AssertionError as exc:
             failures.append(str(exc))
     assert not failures, "\n".join(failures)
+
+
+@pytest.fixture(scope="module")
+def postgres(request: pytest.FixtureRequest) -> Iterator[str]:
+    """On the PostgreSQL pass: a database of the module's own on DATABASE_URL's server (its URL, for
+    the module's stack to use); else "". Request it before the stack, so the stack stops first."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        yield ""
+        return
+    server = os.environ["DATABASE_URL"]
+    module = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_stack_")
+    name = f"skald_{module}_{os.getpid()}"
+    pg_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"' + template_clause())
+    yield with_dbname(server, name)
+    pg_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# For a module with a shared ``stack`` fixture of its own: its users, logged in once.
+
+
+@pytest.fixture(scope="module")
+def operator(stack: Stack) -> Api:
+    return stack.api("operator")
+
+
+@pytest.fixture(scope="module")
+def approver(stack: Stack) -> Iterator[httpx.Client]:
+    with stack.http(stack.token("approver")) as client:
+        yield client

@@ -46,9 +46,8 @@ from websockets.exceptions import ConnectionClosed
 from websockets.typing import Origin
 
 from skald.core.child_env import hermetic_env
-from tests.e2e.crash import pg_admin, with_dbname
 from tests.e2e.crash_idle import campaign, describe
-from tests.e2e.stack import BASE_DIR, PASSWORD, Api, Launch, Stack, descendants, template_clause, wait_for, wait_ready
+from tests.e2e.stack import BASE_DIR, PASSWORD, Api, Launch, Stack, descendants, wait_for, wait_ready
 from tests.loop.providers.fake_openai_server import (
     FakeOpenAIServer,
     RecordedRequest,
@@ -77,21 +76,6 @@ def require_bubblewrap() -> None:
 
 
 # --- the module's stack ---------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[str]:
-    """On the PostgreSQL pass: a database of the module's own on DATABASE_URL's server (its URL); else ""."""
-    from django.db import connection
-
-    if connection.vendor != "postgresql":
-        yield ""
-        return
-    server = os.environ["DATABASE_URL"]
-    name = f"skald_contain_{os.getpid()}"
-    pg_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"' + template_clause())
-    yield with_dbname(server, name)
-    pg_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="module")
@@ -138,17 +122,6 @@ def server(fake_provider: FakeOpenAIServer) -> Iterator[FakeOpenAIServer]:
     fake_provider.default = None
     yield fake_provider
     fake_provider.default = None
-
-
-@pytest.fixture(scope="module")
-def operator(stack: Stack) -> Api:
-    return stack.api("operator")
-
-
-@pytest.fixture(scope="module")
-def approver(stack: Stack) -> Iterator[httpx.Client]:
-    with stack.http(stack.token("approver")) as client:
-        yield client
 
 
 def tool_turn(name: str, arguments: dict[str, Any]) -> SSEResponse:

@@ -9,11 +9,19 @@ from typing import Any
 
 import pytest
 
+from loop.providers import connections
 from loop.providers.openai_compat import OpenAICompatProvider
 from loop.providers.profile import ProviderProfile
 from tests.loop.providers.fake_openai_server import TEST_SECRET, FakeOpenAIServer, FakeResolver
 
 LOOPBACK_ALLOW = (ipaddress.ip_network("127.0.0.1/32"), ipaddress.ip_network("::1/128"))
+
+
+@pytest.fixture(autouse=True)
+def no_kept_connections() -> Iterator[None]:
+    """Each test's server is its own; the connections kept to the last one are closed with it."""
+    yield
+    connections.close_all()
 
 
 @pytest.fixture

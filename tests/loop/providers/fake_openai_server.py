@@ -209,6 +209,8 @@ class FakeOpenAIServer:
         cert_hosts: names/IPs on the server certificate (use a wrong one to test verification).
         bind: the listening address (``"127.0.0.1"`` or ``"::1"``).
         host: the hostname used in :attr:`base_url`.
+        keep_alive: keep a connection open after a stream that ended well, as a real provider does
+            (the default closes it after every response, as the first tests were written against).
     """
 
     def __init__(
@@ -219,8 +221,10 @@ class FakeOpenAIServer:
         cert_hosts: Sequence[str] = DEFAULT_CERT_HOSTS,
         bind: str = "127.0.0.1",
         host: str = "localhost",
+        keep_alive: bool = False,
     ) -> None:
         self.script: list[ScriptEntry] = list(script)
+        self.keep_alive = keep_alive
         self.default = default
         self.requests: list[RecordedRequest] = []
         self.host = host
@@ -235,6 +239,7 @@ class FakeOpenAIServer:
         self.holding = threading.Event()
         self.headers_sent = 0
         self.chunks_sent = 0
+        self.connections = 0  # TLS connections accepted (a client that keeps one alive opens it once)
         self._ca = trustme.CA()
         self._cert = self._ca.issue_cert(*cert_hosts)
         self._dir = tempfile.mkdtemp(prefix="fake-openai-")
@@ -321,7 +326,7 @@ class FakeOpenAIServer:
         self.stalled.clear()
         self.holding.clear()
         with self._lock:
-            self.headers_sent = self.chunks_sent = 0
+            self.headers_sent = self.chunks_sent = self.connections = 0
 
     def profile_env(self, root: Path) -> dict[str, str]:
         """The deployment profile that points a Skald stack at this server, as an operator sets it:
@@ -356,6 +361,8 @@ class _Handler(BaseHTTPRequestHandler):
     server: Any
 
     def setup(self) -> None:
+        with self.server.fake._lock:
+            self.server.fake.connections += 1
         self.server.fake._sni.name = None
         self.request = self.server.tls.wrap_socket(self.request, server_side=True)
         self.sni = self.server.fake._sni.name
@@ -386,7 +393,7 @@ class _Handler(BaseHTTPRequestHandler):
             sni=self.sni,
         )
         response = fake._next(recorded)
-        self.close_connection = True
+        self.close_connection = not (fake.keep_alive and isinstance(response, SSEResponse))
         try:
             if isinstance(response, StatusResponse):
                 self._status(response)
@@ -414,7 +421,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
-        self.send_header("Connection", "close")
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.flush()
         with fake._lock:

@@ -15,6 +15,7 @@ from loop.providers.base import ProviderRequest, UserMessage
 from loop.providers.netguard import (
     METADATA_ADDRESSES,
     IPNetwork,
+    ScreenedEgress,
     SystemResolver,
     parse_allow_cidrs,
     parse_endpoint,
@@ -338,3 +339,24 @@ def test_rebinding_cannot_switch_the_connected_address(
         list(provider.stream(REQUEST, cancel=CancelToken()))
     assert caught.value.code == SSRF
     assert len(server.requests) == 1
+
+
+class _SettingInvalid(Exception):
+    pass
+
+
+def test_a_features_egress_reads_its_setting_at_each_use_and_raises_its_own_error() -> None:
+    setting = {"cidrs": "10.1.0.0/16"}
+    egress = ScreenedEgress(lambda: setting["cidrs"], _SettingInvalid)
+    egress.set_resolver(FakeResolver({"svc.internal.example": ["10.1.2.3"]}))
+
+    assert egress.screen("svc.internal.example", 443) == "10.1.2.3"  # admitted by the setting
+    setting["cidrs"] = ""
+    with pytest.raises(ProviderError) as refused:
+        egress.screen("svc.internal.example", 443)
+    assert refused.value.code == "provider_ssrf_refused"
+    setting["cidrs"] = "10.1.0.0/33"
+    with pytest.raises(_SettingInvalid, match="entry 1"):
+        egress.allow_cidrs()
+    egress.set_resolver(None)
+    assert isinstance(egress.resolver, SystemResolver)

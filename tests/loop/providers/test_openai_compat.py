@@ -455,6 +455,44 @@ def test_cancelling_while_waiting_for_headers_returns_promptly(
     assert server.headers_sent == 0  # back while the server still held its headers (30 s)
 
 
+def _text(provider: OpenAICompatProvider) -> Delta:
+    """One whole call (read to its end, so its connection is free for the next); its first delta."""
+    deltas = list(provider.stream(HELLO, cancel=CancelToken()))
+    return deltas[0]
+
+
+def test_model_calls_to_one_provider_keep_one_connection_alive(
+    server: FakeOpenAIServer, make_provider: MakeProvider
+) -> None:
+    server.keep_alive = True  # as a real provider does
+    provider = make_provider()
+    for answer in ("one", "two", "three"):
+        server.push(sse(text_chunks(answer)))
+        assert _text(provider) == TextDelta(answer)
+    # One TCP connection and one TLS handshake for three calls, and each call's request arrived whole.
+    assert server.connections == 1
+    assert len(server.requests) == 3 and all(r.sni == "localhost" for r in server.requests)
+
+
+def test_cancelling_while_waiting_for_headers_on_a_kept_alive_connection_returns_promptly(
+    server: FakeOpenAIServer, make_provider: MakeProvider
+) -> None:
+    server.keep_alive = True
+    provider = make_provider(timeout=60)
+    server.push(sse(text_chunks("first")))
+    assert _text(provider) == TextDelta("first")
+    server.push(sse(text_chunks("late"), headers_delay=30))
+    token = CancelToken()
+    _cancel_when(token, server.stalled)
+    with pytest.raises(ProviderError) as caught:
+        list(provider.stream(HELLO, cancel=token))
+    assert caught.value.code == "provider_canceled"
+    assert server.connections == 1  # the second call went over the first call's connection
+    assert server.headers_sent == 1  # back while the server still held the second call's headers (30 s)
+    server.push(sse(text_chunks("after")))  # the broken connection is not reused: the next call works
+    assert _text(provider) == TextDelta("after")
+
+
 def test_closing_the_stream_closes_the_connection(server: FakeOpenAIServer, make_provider: MakeProvider) -> None:
     server.push(sse(text_chunks(*[f"piece {n} " for n in range(200)]), delay=0.02))
     stream: Iterator[Delta] = make_provider().stream(HELLO, cancel=CancelToken())

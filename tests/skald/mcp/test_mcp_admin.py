@@ -83,12 +83,12 @@ def test_an_admin_adds_a_server_through_the_form_and_a_refused_one_names_its_fie
         def resolve(self, host: str, port: int) -> list[str]:
             return ["93.184.215.14"]
 
-    settings_resolver = config._resolver
-    config.set_resolver(Public())
+    settings_resolver = config.egress.resolver
+    config.egress.set_resolver(Public())
     try:
         response = root_client.post("/admin/skald/mcpserver/add/", form)
     finally:
-        config.set_resolver(settings_resolver)
+        config.egress.set_resolver(settings_resolver)
     assert response.status_code == 302, response.context["adminform"].form.errors if response.context else ""
     assert McpServer.objects.get(name="later").enabled is False
 

@@ -28,29 +28,43 @@ from tests.skald.mcp.server_app import build
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.db_sensitive]
 
 
+class Peers:
+    """The server's ASGI app, recording each POST's client address: one per TCP connection."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.posts: list[tuple[str, int]] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            self.posts.append(tuple(scope["client"]))
+        await self.app(scope, receive, send)
+
+
 @pytest.fixture(scope="module")
-def http_app(state: Path) -> Iterator[tuple[str, Any]]:
+def http_app(state: Path) -> Iterator[tuple[str, Any, Peers]]:
     app_server = build(state)
-    sock = socket.socket()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # asyncio sets TCP_NODELAY then
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     # The Host a client sends is the URL's name, also when it is pinned to the screened address.
     security = TransportSecuritySettings(allowed_hosts=[f"127.0.0.1:{port}", f"mcp.internal.example:{port}"])
     app = app_server.streamable_http_app(transport_security=security)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
+    peers = Peers(app)
+    server = uvicorn.Server(uvicorn.Config(peers, log_level="warning", lifespan="on",
                                                 timeout_graceful_shutdown=1))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     while not server.started and thread.is_alive():
         threading.Event().wait(0.01)
-    yield f"http://127.0.0.1:{port}/mcp", app_server
+    yield f"http://127.0.0.1:{port}/mcp", app_server, peers
     pool().close("remote")  # ends its open stream, so the server stops at once
     server.should_exit = True
     thread.join(10)
 
 
 @pytest.fixture
-def http_server(mcp_setup: None, settings: Any, alice: Any, http_app: tuple[str, Any]) -> McpServer:
+def http_server(mcp_setup: None, settings: Any, alice: Any, http_app: tuple[str, Any, Peers]) -> McpServer:
     settings.SKALD_MCP_ALLOW_CIDRS = "127.0.0.0/8"
     return mcp_server_create(actor=Actor.user(alice), data={
         "name": "remote", "transport": "http", "url": http_app[0], "trust": "trusted", "agents": ["*"],
@@ -70,6 +84,23 @@ def test_it_discovers_and_calls_a_read_only_tool_over_one_pooled_session(http_se
     assert "echo: over http" in provider.calls[1].messages[-1].content
     assert counter(state, "echo") == before + 2
     assert pool().started == opened  # the enable's connection served both calls (its session id kept)
+
+
+def test_consecutive_calls_reuse_the_sessions_kept_alive_connection(http_server, http_app):
+    """The SDK drops the connection under each call's SSE answer; Skald's client reads the answer's
+    end first, so the next call finds the connection in the pool (skald/mcp/http_transport.py)."""
+    from loop.cancellation import CancelToken
+    from skald.mcp.services import server_spec
+
+    spec, peers = server_spec(http_server), http_app[2]
+    pool().listing(spec)
+    before = len(peers.posts)
+    for text in "abcdefgh":
+        assert pool().call(spec, "echo", {"text": text}, cancel=CancelToken(), timeout=30).content
+    connections = set(peers.posts[before:])
+    # Without the drain every call is a new connection; with it, a call starts on a new one only
+    # when it overtakes the previous answer's last bytes (seldom: a bound, not a timing).
+    assert len(peers.posts) - before == 8 and len(connections) <= 4
 
 
 def test_a_destructive_call_over_http_is_gated_then_approved(http_server, ask, script, state, carol):
@@ -97,11 +128,11 @@ def test_a_host_name_is_connected_to_the_address_the_screen_passed(http_server, 
         def resolve(self, host: str, port: int) -> list[str]:
             return self.answers.pop(0) if self.answers else ["203.0.113.9"]
 
-    monkeypatch.setattr(config, "_resolver", Rebinding())
+    monkeypatch.setattr(config.egress, "resolver", Rebinding())
     url = http_app[0].replace("127.0.0.1", "mcp.internal.example")
     server = mcp_server_create(actor=Actor.user(alice), data={"name": "named", "transport": "http", "url": url,
                                                               "trust": "trusted", "agents": ["*"]})
-    monkeypatch.setattr(config, "_resolver", Rebinding())
+    monkeypatch.setattr(config.egress, "resolver", Rebinding())
     spec = server_spec(server)
 
     assert spec.address == "127.0.0.1"
@@ -157,3 +188,11 @@ def test_a_program_outside_the_allowlist_is_refused_at_save(mcp_setup, alice):
     with pytest.raises(McpConfigError) as refused:
         mcp_server_create(actor=Actor.user(alice), data={"name": "sh", "transport": "stdio", "argv": ["/bin/sh"]})
     assert refused.value.code == "mcp_program_not_allowed"
+
+
+def test_an_allow_cidrs_setting_that_does_not_parse_refuses_the_save(mcp_setup, settings, alice):
+    settings.SKALD_MCP_ALLOW_CIDRS = "127.0.0.0/33"
+    with pytest.raises(McpConfigError) as refused:
+        mcp_server_create(actor=Actor.user(alice), data={"name": "cidr", "transport": "http",
+                                                         "url": "http://127.0.0.1:9/mcp"})
+    assert refused.value.code == "mcp_allow_cidrs_invalid" and "SKALD_MCP_ALLOW_CIDRS" in str(refused.value)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 def traced_app(state: Path) -> Iterator[tuple[str, list[tuple[bytes, str]]]]:
     """The test MCP server behind a recorder of each POST's ``traceparent`` header and body."""
     app = build(state)
-    sock = socket.socket()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # asyncio sets TCP_NODELAY then
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     inner = app.streamable_http_app(transport_security=TransportSecuritySettings(
@@ -86,18 +87,25 @@ def traced_app(state: Path) -> Iterator[tuple[str, list[tuple[bytes, str]]]]:
     thread.join(10)
 
 
-def test_an_http_mcp_call_carries_the_calls_traceparent(mcp_setup, settings, alice, traced_app, ask, script):
+@contextmanager
+def traced_server(settings: Any, alice: Any, url: str) -> Iterator[InMemorySpanExporter]:
+    """Tracing on, into memory, and the ``traced`` server registered over ``url`` (trusted, every
+    agent's); the tracer is shut down when the block ends, so its spans are all finished."""
     exporter = InMemorySpanExporter()
     configure(exporter=exporter)
     try:
         settings.SKALD_MCP_ALLOW_CIDRS = "127.0.0.0/8"
         mcp_server_create(actor=Actor.user(alice), data={
-            "name": "traced", "transport": "http", "url": traced_app[0], "trust": "trusted", "agents": ["*"],
-            "enabled": True})
-        script(tool_turn(("mcp__traced__echo", {"text": "follow me"})), text_turn("done"))
-        exchange = ask("echo")
+            "name": "traced", "transport": "http", "url": url, "trust": "trusted", "agents": ["*"], "enabled": True})
+        yield exporter
     finally:
         otel.shutdown()
+
+
+def test_an_http_mcp_call_carries_the_calls_traceparent(mcp_setup, settings, alice, traced_app, ask, script):
+    with traced_server(settings, alice, traced_app[0]) as exporter:
+        script(tool_turn(("mcp__traced__echo", {"text": "follow me"})), text_turn("done"))
+        exchange = ask("echo")
 
     assert exchange.outcome == "completed"
     (span,) = [s for s in exporter.get_finished_spans() if s.name == "execute_tool mcp__traced__echo"]
@@ -115,19 +123,11 @@ def test_a_human_decision_is_a_span_linked_to_the_parked_call(mcp_setup, setting
     from approvals.pending.services import pending_approval_resolve
     from loop.models import Exchange
 
-    exporter = InMemorySpanExporter()
-    configure(exporter=exporter)
-    try:
-        settings.SKALD_MCP_ALLOW_CIDRS = "127.0.0.0/8"
-        mcp_server_create(actor=Actor.user(alice), data={
-            "name": "traced", "transport": "http", "url": traced_app[0], "trust": "trusted", "agents": ["*"],
-            "enabled": True})
+    with traced_server(settings, alice, traced_app[0]) as exporter:
         script(tool_turn(("mcp__traced__delete_thing", {"thing": "t1"})), text_turn("deleted"))
         parked_exchange = ask("delete t1")
         approval = PendingApproval.objects.get(tool="mcp__traced__delete_thing")
         pending_approval_resolve(resolver=carol, decision="approve", tool_call_id=approval.tool_call_id)
-    finally:
-        otel.shutdown()
 
     assert Exchange.objects.get(pk=parked_exchange.pk).outcome == "completed"
     spans = exporter.get_finished_spans()

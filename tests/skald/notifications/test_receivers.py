@@ -43,6 +43,13 @@ def test_a_private_range_receiver_is_refused_without_its_cidr(settings, url):
         assert webhook(url).pk  # admitted by its CIDR
 
 
+def test_an_allow_cidrs_setting_that_does_not_parse_refuses_the_save(settings):
+    settings.SKALD_NOTIFY_ALLOW_CIDRS = "127.0.0.0/8,nonsense"
+    with pytest.raises(NotifyConfigError) as refused:
+        webhook("http://127.0.0.1:9/hooks")
+    assert refused.value.code == "notify_allow_cidrs_invalid" and "entry 2" in refused.value.message
+
+
 def test_a_receiver_whose_range_is_withdrawn_after_saving_is_not_sent_to(settings, event):
     settings.SKALD_SYNC_TASKS = True
     with webhook_receiver() as receiver:

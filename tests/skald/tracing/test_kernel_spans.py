@@ -39,14 +39,6 @@ CONTENT_KEYS = {"gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.syste
                 "gen_ai.tool.call.arguments", "gen_ai.tool.call.result"}
 
 
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    configure(exporter=exporter, capture=False)
-    yield exporter
-    otel.shutdown()
-
-
 def named(exporter: InMemorySpanExporter, prefix: str) -> list[ReadableSpan]:
     return [s for s in exporter.get_finished_spans() if s.name.startswith(prefix)]
 
