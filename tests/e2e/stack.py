@@ -72,6 +72,44 @@ def descendants(root: int) -> list[Proc]:
     return tree
 
 
+def _sockets_connected_to(port: int) -> set[str]:
+    """The inodes of this machine's established TCP sockets whose remote end is loopback ``port``."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()  # sl local rem st tx:rx tr:when retrnsmt uid timeout inode
+            if fields[3] == "01" and int(fields[2].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    return inodes
+
+
+def connected_to(root: int, port: int) -> list[Proc]:
+    """The processes under ``root`` holding an established connection to loopback ``port`` (a
+    worker in the middle of a provider call to a fake server listening there)."""
+    sockets = {f"socket:[{inode}]" for inode in _sockets_connected_to(port)}
+    return [proc for proc in descendants(root) if _open_files(proc.pid) & sockets]
+
+
+def _open_files(pid: int) -> set[str]:
+    """What ``pid``'s descriptors point at (``socket:[inode]`` for a socket); one that closes
+    while it is read is skipped."""
+    try:
+        descriptors = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return set()
+    links = set()
+    for descriptor in descriptors:
+        try:
+            links.add(os.readlink(descriptor))
+        except OSError:
+            continue
+    return links
+
+
 # --- helpers ------------------------------------------------------------------------------------------
 
 

@@ -3,13 +3,16 @@ one stack for the module.
 
 ``python -m skald.launcher`` (daphne, the qcluster with its workers, the sweeper) on SQLite in the
 SQLite pass and on a PostgreSQL database of its own in the PostgreSQL pass (``db_sensitive``), with a
-fake OpenAI-compatible model and the deployment's budget ``SKALD_LOOP_BOUNDS={"budget_tokens": 600}``.
+fake OpenAI-compatible model, the deployment's budget ``SKALD_LOOP_BOUNDS={"budget_tokens": 600}``, a
+compaction policy only a long conversation reaches (``COMPACTION``) and a 3 s lease, so a killed
+worker's exchange is recovered soon.
 Every task below runs on a qcluster worker (no ``SKALD_SYNC_TASKS``); users act through the API only:
 
 1. an async child granted ``write_file`` parks on it, is approved, and its next request offers only
-   its grant;
+   its grant; so does the request of a child recovered after its worker was SIGKILLed mid-turn;
 2. an async child spends from its root's 600 (120 tokens a call): the tree never spends a fresh 600;
-3. an organisation's tripwire pattern in an async task's text never reaches the child's model;
+3. an organisation's tripwire pattern in an async task's text never reaches the child's model, and
+   an async task's frame compacts with the deployment's ``SKALD_COMPACTION``, never the default;
 4. that task ends ``refused``, its ending is delivered once, the task list shows it, and a task beside
    it is delivered too;
 5. a child whose provider answers 503 ends ``provider_failed``; its parent reads that and completes
@@ -27,7 +30,9 @@ events or the fake model's requests, with a guard against a hang.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -35,8 +40,9 @@ from typing import Any
 import httpx
 import pytest
 
+from loop.compaction.prompt import SYSTEM_PROMPT as SUMMARY_PROMPT
 from skald.agents.seed import LOG_ANALYST_PROMPT, TROUBLESHOOTER_PROMPT
-from tests.e2e.stack import PASSWORD, Api, Launch, Stack, paginator_count, wait_for, wait_ready
+from tests.e2e.stack import PASSWORD, Api, Launch, Stack, connected_to, paginator_count, wait_for, wait_ready
 from tests.loop.providers.fake_openai_server import (
     FakeOpenAIServer,
     RecordedRequest,
@@ -52,8 +58,14 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.db_sensitive, pytes
 GUARD = 120.0  # a hang guard on every wait, never an assertion about speed
 BUDGET = 600
 ACME_KEY = "ACME-0123456789ABCDEF01234567"  # the organisation's own secret shape (its pattern below)
+# The deployment's compaction policy: a conversation compacts once 800 tokens lie outside a 300-token
+# tail, which only the long child of the last test reaches (that test, run last, finds no other
+# conversation of the module compacted); the default (16k outside a 20k tail) compacts none of them.
+# The summary's size is the policy's fingerprint on the wire (the request's ``max_tokens``).
+COMPACTION = {"threshold_tokens": 800, "keep_tokens": 300, "summary_max_tokens": 321}
 
 Route = Callable[[RecordedRequest], Response]
+UNROUTED = "noted"  # the fake model's answer to a request no test routed (a compaction's summary too)
 
 
 # --- the module's stack ---------------------------------------------------------------------------------
@@ -74,7 +86,7 @@ class Models:
     def __call__(self, request: RecordedRequest) -> Response:
         with self.lock:
             route = self.routes.get((system_of(request), first_user(request)))
-        return route(request) if route is not None else sse(text_chunks("noted"))
+        return route(request) if route is not None else sse(text_chunks(UNROUTED))
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +107,8 @@ def stack(fake_provider: FakeOpenAIServer, models: Models, postgres: str, launch
           tmp_path_factory: pytest.TempPathFactory) -> Stack:
     # The PostgreSQL database first: fixtures end in reverse, so the stack stops before it is dropped.
     env = {**fake_provider.profile_env(tmp_path_factory.mktemp("secrets")),
-           "SKALD_LOOP_BOUNDS": json.dumps({"budget_tokens": BUDGET}), "SKALD_SWEEP_SECONDS": "1"}
+           "SKALD_LOOP_BOUNDS": json.dumps({"budget_tokens": BUDGET}), "SKALD_SWEEP_SECONDS": "1",
+           "SKALD_COMPACTION": json.dumps(COMPACTION), "SKALD_LEASE_SECONDS": "3"}
     if postgres:
         env["DATABASE_URL"] = postgres
     stack = launch_stack(env)
@@ -189,6 +202,9 @@ def approve_delegation(approver: httpx.Client, session_id: int, tool: str, opera
         approve(approver, parked_on(approver, session_id, tool))
 
 
+WRITE = call("write_file", {"path": "notes.md", "content": "pool exhausted"})
+
+
 def tasks_of(operator: Api, session_id: int) -> list[dict[str, Any]]:
     response = operator.client.get("/api/web/tasks", params={"limit": 100})
     assert response.status_code == 200, response.text
@@ -221,14 +237,14 @@ def requests_of(fake: FakeOpenAIServer, system: str, task: str) -> list[Recorded
     return [r for r in list(fake.requests) if system_of(r) == system and first_user(r) == task]
 
 
-def writer_parked(operator: Api, approver: httpx.Client, models: Models, message: str,
-                  task: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+def writer_parked(operator: Api, approver: httpx.Client, models: Models, message: str, task: str,
+                  child: Route | None = None) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """The root starts an async child of its own definition granted ``write_file`` only (approved),
-    and the child parks on its write: (the root's conversation, its task, the write's approval)."""
+    and the child parks on its write: (the root's conversation, its task, the write's approval).
+    ``child`` is the child's model (its first answer must be the write); by default it then answers."""
     models.add(TROUBLESHOOTER_PROMPT, message,
                then_text(call("execute_subtask", {"task": task, "tools": ["write_file"], "mode": "async"}), "started"))
-    models.add(TROUBLESHOOTER_PROMPT, task,
-               then_text(call("write_file", {"path": "notes.md", "content": "pool exhausted"}), "written"))
+    models.add(TROUBLESHOOTER_PROMPT, task, child or then_text(WRITE, "written"))
     session = operator.create_session()
     posted = operator.send(session["id"], message)
     approve_delegation(approver, session["id"], "execute_subtask", operator, posted["id"])
@@ -252,6 +268,43 @@ def test_an_async_childs_next_request_after_an_approval_offers_only_its_grant(
     asked = requests_of(fake_provider, TROUBLESHOOTER_PROMPT, task)
     assert len(asked) == 2, [offered(r) for r in asked]  # before the approval and after it
     assert all(offered(r) == ["write_file"] for r in asked), [offered(r) for r in asked]
+
+
+def test_an_async_child_recovered_after_its_worker_was_killed_mid_turn_offers_only_its_grant(
+        stack: Stack, operator: Api, approver: httpx.Client, models: Models, fake_provider: FakeOpenAIServer) -> None:
+    """The child's turn after the approval runs on a worker that is SIGKILLed while the model holds
+    its answer; another worker recovers the child (its lease lapsed) and asks the model again."""
+    task = "note the pool finding, across a crash"
+    in_flight, release = threading.Event(), threading.Event()
+
+    def child(request: RecordedRequest) -> Response:
+        asked = len(requests_of(fake_provider, TROUBLESHOOTER_PROMPT, task))  # this request included
+        if asked == 1:
+            return WRITE
+        if asked == 2:  # the turn after the approval: held until its worker is dead
+            in_flight.set()
+            return sse(text_chunks("written before the crash"), hold=release)
+        return sse(text_chunks("written after the crash"))
+
+    session, job, card = writer_parked(operator, approver, models, "repro 1: note it across a crash", task, child)
+    assert job["tools"] == ["write_file"]
+    reincarnated = stack.log().count("reincarnated worker")
+    try:
+        approve(approver, card)
+        assert in_flight.wait(GUARD), "the child's turn after the approval never reached the model"
+        (worker,) = wait_for(lambda: (found := connected_to(stack.process.pid, fake_provider.port))
+                             and len(found) == 1 and found, timeout=GUARD, what="the worker in the held call")
+        os.kill(worker.pid, signal.SIGKILL)
+        wait_for(lambda: stack.log().count("reincarnated worker") > reincarnated, timeout=GUARD,
+                 what="django-q2 to replace the killed worker")
+        (result,) = delivered(operator, session["id"])
+    finally:
+        release.set()
+
+    assert "written after the crash" in result["payload"]["content"]  # the recovered child answered
+    asked = requests_of(fake_provider, TROUBLESHOOTER_PROMPT, task)
+    assert len(asked) >= 3, [offered(r) for r in asked]  # before the approval, the held turn, the recovery
+    assert all(offered(r) == ["write_file"] for r in asked), [offered(r) for r in asked]  # never the agent's 11
 
 
 # --- 2. an async child spends from its root's budget ------------------------------------------------------
@@ -489,3 +542,49 @@ def test_a_cron_runs_output_reaches_its_home_and_a_job_without_a_home_is_refused
     assert update["status"] == "succeeded" and update["output"] == "two new 502s at 03:00 from the pool"
     child = operator.client.get(f"/api/sessions/{update['child_session']}/events/")
     assert child.status_code == 200  # the firing's own conversation, linked from the home
+
+
+# --- 3, last: an async task compacts with the deployment's policy ----------------------------------------
+
+
+def finding(n: int) -> str:
+    """A scratchpad value of about 290 tokens: a long conversation is a few of them."""
+    return f"web-{n} pool_{n} exhausted at 03:{n:02} after deploy 4.{n}.1, request req_{n}a9 waited. " * 10
+
+
+def test_an_async_tasks_frame_compacts_with_the_deployments_policy_never_the_default(
+        stack: Stack, operator: Api, approver: httpx.Client, models: Models, fake_provider: FakeOpenAIServer) -> None:
+    """Six findings of ~290 tokens cross ``COMPACTION``'s 800 outside its 300-token tail; under the
+    default policy this conversation never compacts. Before the fix an async task compacted with
+    the default, so it never compacted here."""
+    task = "keep six findings in the scratchpad"
+    rounds = 6  # and an answer: seven turns, within the default eight
+    asked_child: list[RecordedRequest] = []
+
+    def child(request: RecordedRequest) -> Response:
+        asked_child.append(request)
+        asked = len(asked_child)
+        if asked <= rounds:
+            return call("scratchpad_set", {"key": f"finding{asked}", "value": finding(asked)}, usage=(1, 1))
+        return sse(text_chunks(f"{rounds} findings kept", usage=(1, 1)))
+
+    models.add(TROUBLESHOOTER_PROMPT, "repro 3: keep the findings",
+               then_text(call("execute_subtask", {"task": task, "tools": ["scratchpad_set"], "mode": "async"}),
+                         "started"))
+    models.add(TROUBLESHOOTER_PROMPT, task, child)
+    # Once compacted, the child's window opens with the summary (the unrouted answer) instead of its task.
+    models.add(TROUBLESHOOTER_PROMPT, f"[compaction summary]\n{UNROUTED}", child)
+    session = operator.create_session()
+    posted = operator.send(session["id"], "repro 3: keep the findings")
+    approve_delegation(approver, session["id"], "execute_subtask", operator, posted["id"])
+    job = task_of(operator, session["id"])
+    (result,) = delivered(operator, session["id"])
+
+    assert f"{rounds} findings kept" in result["payload"]["content"], result["payload"]["content"][:600]
+    compactions = events_of(operator, job["child_session"], "compaction")
+    assert compactions, "the child's long conversation never compacted"
+    summaries = [r for r in list(fake_provider.requests) if system_of(r) == SUMMARY_PROMPT]
+    assert len(summaries) == len(compactions)  # no other conversation of the module compacted (this runs last)
+    assert all(r.body["max_tokens"] == COMPACTION["summary_max_tokens"] for r in summaries)  # the deployment's
+    assert task in first_user(summaries[0])  # the child's conversation was summarised
+    assert len(asked_child) == rounds + 1 and all(offered(r) == ["scratchpad_set"] for r in asked_child)
