@@ -1,7 +1,8 @@
 """``make bench``: :mod:`bench.tripwires`, :mod:`bench.policy_preview` and :mod:`bench.mcp_call` in process; then
 :mod:`bench.kernel` on a fresh SQLite file, then on a fresh PostgreSQL database;
-then :mod:`bench.peer`, the same turn through LangGraph checkpointing to the same databases (in
-its own virtualenv, :mod:`bench.peer_runner`);
+then :mod:`bench.peer`, the same turn through LangGraph checkpointing to the same databases, and
+:mod:`bench.peer_dbos`, through a DBOS Transact workflow (both in the peers' virtualenv,
+:mod:`bench.peer_runner`);
 then :mod:`bench.tracing`, the kernel turn with OpenTelemetry on against off;
 then :mod:`bench.stream_latency`, event commit → websocket client, in the embedded and Redis profiles;
 then :mod:`bench.notify_latency`, approval created → webhook receiver's first byte, on each database;
@@ -177,9 +178,12 @@ def run_dojo(env: dict[str, str]) -> str:
     return result if isinstance(result, str) else ""
 
 
-def summary(results: dict[str, Result | str], peers: dict[str, PeerResult | str]) -> str:
-    """The closing table: one column per database, the targets on the right; then the peer's
-    figures for the same turn (:mod:`bench.peer`) beside them."""
+def summary(results: dict[str, Result | str], peers: dict[str, PeerResult | str],
+            dbos: dict[str, PeerResult | str] | None = None) -> str:
+    """The closing table: one column per database, the targets on the right; then the peers'
+    figures for the same turn (LangGraph, :mod:`bench.peer`; DBOS, :mod:`bench.peer_dbos`) beside
+    them, and the kernel's ratio to the best of them (issue 34: at most 0.5x)."""
+    dbos = dbos or {}
     columns = list(results)
     rows: list[tuple[str, dict[str, str], str]] = []
 
@@ -226,6 +230,23 @@ def summary(results: dict[str, Result | str], peers: dict[str, PeerResult | str]
              lambda r, p: f"{r.first_mean_ms / p.first_mean_ms:.2f}x {mark(r.first_mean_ms < p.first_mean_ms)}",
              "< 1, against the peer's best case")
 
+    def dbos_row(label: str, fmt: Callable[[PeerResult], str]) -> None:
+        rows.append((label, {name: fmt(value) if isinstance(value := dbos.get(name), PeerResult) else "-"
+                             for name in columns}, ""))
+
+    def best(name: str) -> PeerResult | None:
+        found = [p for p in (peers.get(name), dbos.get(name)) if isinstance(p, PeerResult)]
+        return min(found, key=lambda p: p.median_ms) if found else None
+
+    dbos_row("peer 2: DBOS workflow, median", lambda p: f"{p.median_ms:.2f} ms")
+    dbos_row("peer 2: CPU per turn", lambda p: f"{p.cpu_median_ms:.2f} ms")
+    cells = {}
+    for name, value in results.items():
+        top = best(name)
+        cells[name] = (f"{value.median_ms / top.median_ms:.2f}x {mark(value.median_ms <= 0.5 * top.median_ms)}"
+                       if isinstance(value, Result) and top is not None else "-")
+    rows.append(("Skald's turn / the best peer's, medians", cells, "<= 0.5x (issue 34)"))
+
     width = max(len(label) for label, _cells, _target in rows) + 2
     col = max(16, *(len(c) + 2 for _l, cells, _t in rows for c in cells.values()))
     lines = [f"{'':{width}}" + "".join(f"{name:>{col}}" for name in columns) + "   target",
@@ -236,7 +257,7 @@ def summary(results: dict[str, Result | str], peers: dict[str, PeerResult | str]
     for name, value in results.items():
         if isinstance(value, str):
             lines.append(f"{name}: not measured ({value})")
-    for name, peer in peers.items():
+    for name, peer in [*peers.items(), *((f"{k} (DBOS)", v) for k, v in dbos.items())]:
         if isinstance(peer, str):
             lines.append(f"peer on {name}: not measured ({peer})")
     lines.append("Overhead = wall time of run_turns_keyed minus the time inside the provider's stream; "
@@ -272,9 +293,14 @@ def main() -> int:
                                                _env(Path(tmp) / "postgres", POSTGRES_URL),
                                                Path(tmp) / "postgres.json")
         peers: dict[str, PeerResult | str] = {"SQLite": run_peer("SQLite", "sqlite", Path(tmp) / "peer-sqlite.json")}
+        dbos: dict[str, PeerResult | str] = {
+            "SQLite": run_peer("SQLite", "sqlite", Path(tmp) / "dbos-sqlite.json", "bench.peer_dbos")}
         if not isinstance(results["PostgreSQL"], str) and not recreate_postgres_database(PEER_POSTGRES_URL):
             peers["PostgreSQL"] = run_peer(f"PostgreSQL ({PEER_POSTGRES_URL}, recreated)", PEER_POSTGRES_URL,
                                            Path(tmp) / "peer-postgres.json")
+        if not isinstance(results["PostgreSQL"], str) and not recreate_postgres_database(PEER_POSTGRES_URL):
+            dbos["PostgreSQL"] = run_peer(f"PostgreSQL ({PEER_POSTGRES_URL}, recreated)", PEER_POSTGRES_URL,
+                                          Path(tmp) / "dbos-postgres.json", "bench.peer_dbos")
         streams: dict[str, dict[str, object] | str] = {
             "embedded": run_stream("embedded", _env(Path(tmp) / "stream-embedded"), Path(tmp) / "stream-e.json")}
         problem = recreate_postgres_database(STREAM_POSTGRES_URL)
@@ -292,12 +318,13 @@ def main() -> int:
     scale = run_scale()
     print(f"\n=== Summary ({time.perf_counter() - started:.0f} s, load average {load:.2f} at start, "
           f"{os.getloadavg()[0]:.2f} now) ===", flush=True)
-    print(summary(results, peers), flush=True)
+    print(summary(results, peers, dbos), flush=True)
     print(stream_summary(streams), flush=True)
     print(notify, flush=True)
     print(stack_cost, flush=True)
     print(scale_summary(scale), flush=True)
-    write_json(load, results, peers, streams, scale)
+    write_json(load, results, {**{f"langgraph {k}": v for k, v in peers.items()},
+                               **{f"dbos {k}": v for k, v in dbos.items()}}, streams, scale)
     failed = [name for name, value in [*results.items(), *streams.items(), ("scale", scale)]
               if isinstance(value, str) and not value.startswith("unreachable")]
     failed += [f"compaction on {name}" for name, problem in compaction.items() if problem]

@@ -50,14 +50,18 @@ def peer_python() -> Path | str:
     return python
 
 
-def run_peer(title: str, database: str, result_file: Path) -> PeerResult | str:
-    """One :mod:`bench.peer` process on ``database``: ``sqlite``, or the URL of an empty PostgreSQL
-    database (the caller recreates it, as for the kernel runs)."""
-    print(f"\n=== Peer: the same turn through LangGraph, {title} (bench/peer.py) ===", flush=True)
+PEERS = {"bench.peer": "LangGraph", "bench.peer_dbos": "a DBOS Transact workflow"}
+
+
+def run_peer(title: str, database: str, result_file: Path, module: str = "bench.peer") -> PeerResult | str:
+    """One peer process (:mod:`bench.peer`, or :mod:`bench.peer_dbos`) on ``database``: ``sqlite``, or
+    the URL of an empty PostgreSQL database (the caller recreates it, as for the kernel runs)."""
+    print(f"\n=== Peer: the same turn through {PEERS[module]}, {title} ({module.replace('.', '/')}.py) ===",
+          flush=True)
     python = peer_python()
     if isinstance(python, str):
         return python
-    figures = run_for_json([str(python), "-m", "bench.peer", "--database", database, "--result-file",
+    figures = run_for_json([str(python), "-m", module, "--database", database, "--result-file",
                             str(result_file)], hermetic_env(PYTHONWARNINGS="ignore::DeprecationWarning"),
                            result_file, RUN_TIMEOUT_S)
     return figures if isinstance(figures, str) else PeerResult(**figures)  # type: ignore[arg-type]

@@ -11,12 +11,31 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from skald.tracing.otel import Record
+__all__ = ["Batch", "Record"]
 
-__all__ = ["Batch"]
+
+class Record(Protocol):
+    """What is encoded of a span (:class:`skald.tracing.otel.Record` is one): a protocol, so this
+    module imports nothing of the recorder that imports it."""
+
+    name: str
+    kind: int
+    trace_id: int
+    span_id: int
+    start_ns: int
+    end_ns: int
+    attributes: dict[str, Any]
+    links: Sequence[tuple[int, int]]
+    status: int
+    status_message: str
+
+    @property
+    def parent_id(self) -> int: ...
+
+    @property
+    def parent_remote(self) -> bool: ...
 
 KEPT_VALUES = 4096  # encoded attributes (and names) kept; all forgotten when full
 _DOUBLE = struct.Struct("<d")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -20,10 +19,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from skald.tracing.encoding import Batch
-
-if TYPE_CHECKING:
-    from skald.tracing.otel import Record
+from skald.tracing.encoding import Batch, Record
 
 __all__ = ["OtlpRecordExporter", "ReadableExporter", "RecordBatchProcessor", "readable"]
 
