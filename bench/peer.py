@@ -21,15 +21,12 @@ database must be empty (``make bench`` drops and creates it first).
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +36,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 
-from bench.turn_shape import EDGE, TURNS, WARMUP_TURNS, PeerResult, ends
+from bench.turn_shape import TURNS, WARMUP_TURNS, PeerResult, ends, peer_main
 
 DURABILITY = "sync"
 
@@ -135,21 +132,8 @@ def _versions() -> dict[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.peer", description=__doc__.splitlines()[0])
-    parser.add_argument("--database", required=True, help="sqlite, or the URL of an empty PostgreSQL database")
-    parser.add_argument("--turns", type=int, default=TURNS)
-    parser.add_argument("--warmup", type=int, default=WARMUP_TURNS)
-    parser.add_argument("--result-file", type=Path)
-    args = parser.parse_args(argv)
-    result = measure(args.database, turns=args.turns, warmup=args.warmup)
-    print(f"{result.peer} with {result.checkpointer}, durability={DURABILITY}: "
-          f"median {result.median_ms:.2f} ms per one-tool turn (model time subtracted), "
-          f"turns 1-{EDGE} {result.first_mean_ms:.2f} ms, last {EDGE} {result.last_mean_ms:.2f} ms "
-          f"(growth {result.growth:.2f}x), CPU {result.cpu_median_ms:.2f} ms",
-          flush=True)
-    if args.result_file:
-        args.result_file.write_text(json.dumps(asdict(result), indent=2), encoding="utf-8")
-    return 0
+    return peer_main(argv, prog="python -m bench.peer", description=__doc__.splitlines()[0], measure=measure,
+                     describe=lambda r: f"{r.peer} with {r.checkpointer}, durability={DURABILITY}")
 
 
 if __name__ == "__main__":

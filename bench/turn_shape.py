@@ -4,9 +4,12 @@ reads them. Standard library only: :mod:`bench.peer` imports it in a virtualenv 
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 TURNS = 400
 WARMUP_TURNS = 20
@@ -34,3 +37,22 @@ class PeerResult:
     cpu_median_ms: float
     model_median_ms: float
     versions: dict[str, str]
+
+
+def peer_main(argv: Sequence[str] | None, *, prog: str, description: str,
+              measure: Callable[..., PeerResult], describe: Callable[[PeerResult], str]) -> int:
+    """A peer's command line (:mod:`bench.peer`, :mod:`bench.peer_dbos`): ``--database sqlite|URL``,
+    ``--turns``, ``--warmup``, ``--result-file``; prints ``describe(result)`` and the figures' line."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--database", required=True, help="sqlite, or the URL of an empty PostgreSQL database")
+    parser.add_argument("--turns", type=int, default=TURNS)
+    parser.add_argument("--warmup", type=int, default=WARMUP_TURNS)
+    parser.add_argument("--result-file", type=Path)
+    args = parser.parse_args(argv)
+    result = measure(args.database, turns=args.turns, warmup=args.warmup)
+    print(f"{describe(result)}: median {result.median_ms:.2f} ms per one-tool turn (model time subtracted), "
+          f"turns 1-{EDGE} {result.first_mean_ms:.2f} ms, last {EDGE} {result.last_mean_ms:.2f} ms "
+          f"(growth {result.growth:.2f}x), CPU {result.cpu_median_ms:.2f} ms", flush=True)
+    if args.result_file:
+        args.result_file.write_text(json.dumps(asdict(result), indent=2), encoding="utf-8")
+    return 0
