@@ -5,8 +5,10 @@ The production profile (``bench.loadstack``: PostgreSQL owned by a plain role, R
 qclusters of two workers, the sweeper, ``SKALD_DEBUG=0``), a real HTTPS provider on loopback
 (``tests/loop/providers/fake_openai_server.py``, trustme certificates, the OpenAI SSE wire format)
 and K clients, each in a session of its own, that post a message and poll its exchange twice a
-second until it settles, then post the next. Each exchange is two model calls around one ungated
-tool (``search_knowledge``), the kernel bench's turn shape.
+second until it settles, then post the next; then the same with clients that keep their session's
+websocket open and wait for the exchange's settle event instead of polling (the documented path).
+Each exchange is two model calls around one ungated tool (``search_knowledge``), the kernel bench's
+turn shape.
 
 CPU is read from ``/proc`` before and after the measured exchanges, summed over every process of
 the stack: the launcher's tree (daphne, each qcluster's processes, the sweeper), every PostgreSQL
@@ -35,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from websockets.asyncio.client import connect
+from websockets.typing import Origin
 
 from bench.child_run import run_for_json
 from bench.loadstack import ONE_TOOL_AGENT, BenchStack, start_stack
@@ -92,6 +96,7 @@ def read_cpu(bench: BenchStack) -> Counter[str]:
 @dataclass
 class Load:
     sessions: int
+    clients: str = "poll"
     exchanges: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
     requests: int = 0
@@ -123,18 +128,41 @@ async def _client_loop(client: httpx.AsyncClient, session_id: int, count: int, l
         load.outcomes[str(row.get("outcome"))] += 1
 
 
-async def _drive(bench: BenchStack, sessions: list[int], count: int, load: Load | None) -> None:
-    async with bench.client(bench.token()) as client:
-        await asyncio.gather(*(_client_loop(client, sid, count, load or Load(len(sessions))) for sid in sessions))
+async def _websocket_loop(bench: BenchStack, client: httpx.AsyncClient, token: str, session_id: int, count: int,
+                          load: Load) -> None:
+    """Post, then wait on the session's websocket for the exchange's settle event: no polling."""
+    url = f"{bench.stack.ws_url}/ws/sessions/{session_id}/?token={token}"
+    async with connect(url, origin=Origin(bench.stack.base_url), max_size=None) as ws:
+        for index in range(count):
+            posted = await client.post(f"/api/sessions/{session_id}/messages/", json={"content": f"message {index}"})
+            assert posted.status_code == 202, posted.text
+            exchange = posted.json()["id"]
+            load.requests += 1
+            while True:
+                message = json.loads(await asyncio.wait_for(ws.recv(), RUN_TIMEOUT_S))
+                if message.get("kind") == "control:exchange_settled" and message.get("exchange") in (None, exchange):
+                    break
+            load.exchanges += 1
+            load.outcomes[str(message.get("payload", {}).get("outcome", "settled"))] += 1
 
 
-def measure_load(bench: BenchStack, sessions: int) -> Load:
+async def _drive(bench: BenchStack, sessions: list[int], count: int, load: Load | None, clients: str) -> None:
+    token = bench.token()
+    async with bench.client(token) as client:
+        load = load or Load(len(sessions))
+        if clients == "websocket":
+            await asyncio.gather(*(_websocket_loop(bench, client, token, sid, count, load) for sid in sessions))
+        else:
+            await asyncio.gather(*(_client_loop(client, sid, count, load) for sid in sessions))
+
+
+def measure_load(bench: BenchStack, sessions: int, clients: str = "poll") -> Load:
     operator = bench.stack.api("operator")
     ids = [operator.create_session(agent=ONE_TOOL_AGENT["name"])["id"] for _ in range(sessions)]
-    asyncio.run(_drive(bench, ids, 1, None))  # warm-up: imports, pools, caches, TLS sessions
-    load = Load(sessions)
+    asyncio.run(_drive(bench, ids, 1, None, clients))  # warm-up: imports, pools, caches, TLS sessions
+    load = Load(sessions, clients)
     before, started = read_cpu(bench), time.perf_counter()
-    asyncio.run(_drive(bench, ids, EXCHANGES[sessions], load))
+    asyncio.run(_drive(bench, ids, EXCHANGES[sessions], load, clients))
     load.wall_s = time.perf_counter() - started
     after = read_cpu(bench)
     load.cpu_ms = {role: round((after[role] - before[role]) * 1000, 1) for role in after}
@@ -159,10 +187,11 @@ def measure_kernel(tmp: Path) -> dict[str, Any] | str:
 
 def report(loads: Sequence[Load], kernel: dict[str, Any] | str) -> str:
     lines = ["stack cost per settled exchange (production profile: PostgreSQL, Redis, 2 qclusters x 2 workers, "
-             f"DEBUG off; two model calls around one tool over HTTPS; clients poll every {POLL_S:g} s)"]
+             f"DEBUG off; two model calls around one tool over HTTPS; clients poll every {POLL_S:g} s, or wait "
+             "on the session's websocket)"]
     for load in loads:
         parts = ", ".join(f"{role} {ms / max(1, load.exchanges):.1f}" for role, ms in sorted(load.cpu_ms.items()))
-        lines.append(f"  K={load.sessions:<3} {load.exchanges} exchanges in {load.wall_s:.1f} s: "
+        lines.append(f"  K={load.sessions:<3} {load.clients:9} {load.exchanges} exchanges in {load.wall_s:.1f} s: "
                      f"{load.per_second:.1f} exchanges/s; CPU {load.cpu_per_exchange_ms:.1f} ms per exchange "
                      f"({parts} ms); {load.requests / max(1, load.exchanges):.1f} requests per exchange; "
                      f"outcomes {dict(load.outcomes)}")
@@ -173,7 +202,7 @@ def report(loads: Sequence[Load], kernel: dict[str, Any] | str) -> str:
     lines.append(f"  kernel PostgreSQL turn, same run: {wall:.2f} ms median overhead (wall), {cpu:.2f} ms CPU")
     for load in loads:
         ratio = load.cpu_per_exchange_ms / wall
-        lines.append(f"  K={load.sessions:<3} stack / kernel turn: {ratio:.1f}x the turn's wall time "
+        lines.append(f"  K={load.sessions:<3} {load.clients:9} stack / kernel turn: {ratio:.1f}x the turn's wall time "
                      f"{'PASS' if ratio <= TARGET_RATIO else 'FAIL'} (target <= {TARGET_RATIO:g}x), "
                      f"{load.cpu_per_exchange_ms / cpu:.1f}x its CPU")
     return "\n".join(lines)
@@ -182,6 +211,7 @@ def report(loads: Sequence[Load], kernel: dict[str, Any] | str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, nargs="*", default=list(SESSIONS))
+    parser.add_argument("--clients", nargs="*", choices=("poll", "websocket"), default=["poll", "websocket"])
     parser.add_argument("--no-kernel", action="store_true", help="skip the kernel turn (profiling runs)")
     parser.add_argument("--kernel", type=float, nargs=2, metavar=("MEDIAN_MS", "CPU_MS"),
                         help="the kernel PostgreSQL turn this run already measured (make bench passes its own)")
@@ -193,9 +223,10 @@ def main(argv: list[str] | None = None) -> int:
         (tmp / "secrets").mkdir()
         loads = []
         with start_stack(tmp, extra_env=provider.profile_env(tmp / "secrets")) as bench:
-            for sessions in args.sessions:
-                EXCHANGES.setdefault(sessions, max(2, 96 // sessions))
-                loads.append(measure_load(bench, sessions))
+            for clients in args.clients:
+                for sessions in args.sessions:
+                    EXCHANGES.setdefault(sessions, max(2, 96 // sessions))
+                    loads.append(measure_load(bench, sessions, clients))
         kernel: dict[str, Any] | str = "skipped"
         if args.kernel:
             kernel = {"median_ms": args.kernel[0], "cpu_median_ms": args.kernel[1]}
