@@ -112,20 +112,30 @@ class Load:
         return self.exchanges / self.wall_s if self.wall_s else 0.0
 
 
+async def _post(client: httpx.AsyncClient, session_id: int, index: int, load: Load) -> int:
+    """Send the next message; its exchange's id."""
+    posted = await client.post(f"/api/sessions/{session_id}/messages/", json={"content": f"message {index}"})
+    assert posted.status_code == 202, posted.text
+    load.requests += 1
+    return int(posted.json()["id"])
+
+
+def _settled(load: Load, outcome: object) -> None:
+    load.exchanges += 1
+    load.outcomes[str(outcome)] += 1
+
+
 async def _client_loop(client: httpx.AsyncClient, session_id: int, count: int, load: Load) -> None:
+    """Post, then poll the exchange every :data:`POLL_S` until it settles."""
     for index in range(count):
-        posted = await client.post(f"/api/sessions/{session_id}/messages/", json={"content": f"message {index}"})
-        assert posted.status_code == 202, posted.text
-        exchange = posted.json()["id"]
-        load.requests += 1
+        exchange = await _post(client, session_id, index, load)
         while True:
             await asyncio.sleep(POLL_S)
             row = (await client.get(f"/api/sessions/{session_id}/exchanges/{exchange}/")).json()
             load.requests += 1
             if row["status"] in TERMINAL:
                 break
-        load.exchanges += 1
-        load.outcomes[str(row.get("outcome"))] += 1
+        _settled(load, row.get("outcome"))
 
 
 async def _websocket_loop(bench: BenchStack, client: httpx.AsyncClient, token: str, session_id: int, count: int,
@@ -134,16 +144,12 @@ async def _websocket_loop(bench: BenchStack, client: httpx.AsyncClient, token: s
     url = f"{bench.stack.ws_url}/ws/sessions/{session_id}/?token={token}"
     async with connect(url, origin=Origin(bench.stack.base_url), max_size=None) as ws:
         for index in range(count):
-            posted = await client.post(f"/api/sessions/{session_id}/messages/", json={"content": f"message {index}"})
-            assert posted.status_code == 202, posted.text
-            exchange = posted.json()["id"]
-            load.requests += 1
+            exchange = await _post(client, session_id, index, load)
             while True:
                 message = json.loads(await asyncio.wait_for(ws.recv(), RUN_TIMEOUT_S))
                 if message.get("kind") == "control:exchange_settled" and message.get("exchange") in (None, exchange):
                     break
-            load.exchanges += 1
-            load.outcomes[str(message.get("payload", {}).get("outcome", "settled"))] += 1
+            _settled(load, message.get("payload", {}).get("outcome", "settled"))
 
 
 async def _drive(bench: BenchStack, sessions: list[int], count: int, load: Load | None, clients: str) -> None:

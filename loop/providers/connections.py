@@ -51,6 +51,19 @@ def capturing(sink: SocketSink) -> Iterator[None]:
         _local.sink = previous
 
 
+@contextmanager
+def reads_within(seconds: float) -> Iterator[None]:
+    """While the block runs, no read of this thread's requests waits longer than ``seconds`` (then
+    httpcore raises a read timeout and drops that connection): a bound set by the caller, not a
+    thread of its own."""
+    previous = getattr(_local, "read_cap", None)
+    _local.read_cap = seconds
+    try:
+        yield
+    finally:
+        _local.read_cap = previous
+
+
 def _hand_over(stream: httpcore.NetworkStream) -> None:
     sink = getattr(_local, "sink", None)
     if sink is not None:
@@ -63,6 +76,9 @@ class _Stream(httpcore.NetworkStream):
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         _hand_over(self._inner)
+        cap = getattr(_local, "read_cap", None)
+        if cap is not None and (timeout is None or timeout > cap):
+            timeout = cap
         return self._inner.read(max_bytes, timeout)
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:

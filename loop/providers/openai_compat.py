@@ -370,7 +370,7 @@ class OpenAICompatProvider:
             if cancel.cancelled:
                 raise _canceled()
             _check_response(response, secret)
-            yield from _deltas(response, cancel, secret, breaker)
+            yield from _deltas(response, cancel, secret)
         finally:
             unregister()
             if response is not None:
@@ -397,20 +397,17 @@ class OpenAICompatProvider:
         return ssl_context(self._profile.ca_file or "")
 
 
-def _drain(events: Iterator[str], breaker: _SocketBreaker) -> None:
+def _drain(events: Iterator[str]) -> None:
     """Read what follows ``[DONE]`` (the chunked body's last chunk), so the connection is left whole
     for the next call (:mod:`loop.providers.connections`). A server that keeps the stream open after
-    ``[DONE]`` gets :data:`DRAIN_SECONDS`, then its connection is shut down and not reused."""
-    guard = threading.Timer(DRAIN_SECONDS, breaker.fire)
-    guard.daemon = True
-    guard.start()
+    ``[DONE]`` gets :data:`DRAIN_SECONDS` a read; then the read times out and its connection is
+    dropped, not reused."""
     try:
-        for _ in events:
-            pass
+        with connections.reads_within(DRAIN_SECONDS):
+            for _ in events:
+                pass
     except httpx.HTTPError:
         pass  # the answer is complete; the connection is simply not kept
-    finally:
-        guard.cancel()
 
 
 def _check_response(response: httpx.Response, secret: str) -> None:
@@ -439,7 +436,7 @@ def _excerpt(response: httpx.Response) -> str:
     return " ".join(raw[:ERROR_BODY_BYTES].decode("utf-8", "replace").split())[:EXCERPT_CHARS]
 
 
-def _deltas(response: httpx.Response, cancel: CancelToken, secret: str, breaker: _SocketBreaker) -> Iterator[Delta]:
+def _deltas(response: httpx.Response, cancel: CancelToken, secret: str) -> Iterator[Delta]:
     turn = _Turn()
     done = False
     try:
@@ -454,7 +451,7 @@ def _deltas(response: httpx.Response, cancel: CancelToken, secret: str, breaker:
     except httpx.HTTPError as exc:
         raise _transport_error(exc, cancel, secret) from None
     if done:
-        _drain(events, breaker)
+        _drain(events)
     if cancel.cancelled:
         raise _canceled()
     if not done:

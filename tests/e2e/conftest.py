@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.crash import pg_admin, with_dbname
+from tests.e2e.crash import Database, forked_children, pass_database, pg_admin, with_dbname
 from tests.e2e.stack import Api, Launch, Stack, launch, template_clause
 
 
@@ -74,3 +74,11 @@ def operator(stack: Stack) -> Api:
 def approver(stack: Stack) -> Iterator[httpx.Client]:
     with stack.http(stack.token("approver")) as client:
         yield client
+
+
+@pytest.fixture(scope="module")
+def crash_db() -> Iterator[Database]:
+    """The crash campaign's migrated template on this pass's database, its worker processes started
+    from a pre-imported fork server."""
+    with forked_children(), pass_database() as db:
+        yield db

@@ -136,41 +136,70 @@ def database(kind: str, server_url: str = "") -> Iterator[Database]:
             pg_admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def crash_once(db: Database, scenario: str, point: str, number: int = 0) -> dict[str, Any]:
-    """One run: crash at ``point`` during ``scenario``, restart, recover; the report's invariants."""
-    with tempfile.TemporaryDirectory(prefix="skald-crash-") as tmp:
+@contextmanager
+def pass_database() -> Iterator[Database]:
+    """:func:`database` for the pytest pass this runs in: the PostgreSQL pass's server
+    (``DATABASE_URL``), else SQLite."""
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with database("postgresql", os.environ["DATABASE_URL"]) as db:
+            yield db
+    else:
+        with database("sqlite") as db:
+            yield db
+
+
+@contextmanager
+def run_copy(db: Database, prefix: str, number: int) -> Iterator[tuple[Path, str]]:
+    """One run's work directory (with its ``fired`` failpoint marks) and its own copy of the migrated
+    template: a file beside it on SQLite, a database made ``TEMPLATE`` the template's on PostgreSQL
+    (dropped afterwards). Yields the directory and the copy's name."""
+    with tempfile.TemporaryDirectory(prefix=f"{prefix}-") as tmp:
         workdir = Path(tmp)
         (workdir / "fired").mkdir()
         if db.kind == "sqlite":
             name = str(workdir / "run.sqlite3")
             shutil.copyfile(db.template, name)
         else:
-            name = f"skald_crash_{os.getpid()}_{number}"
+            name = f"{prefix.replace('-', '_')}_{os.getpid()}_{number}"
             pg_admin(db.server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
-                      f'CREATE DATABASE "{name}" TEMPLATE "{db.template}"')
+                     f'CREATE DATABASE "{name}" TEMPLATE "{db.template}"')
         try:
-            plain = _env(workdir, {**db.env_for(name), **({"CRASH_DELEGATE": "1"} if scenario.startswith("child")
-                                                           else {})})
-            if scenario == "compaction":  # a history under the default threshold, then tiny ones
-                history = _child("history", workdir, plain)
-                assert history.returncode == 0, history.stderr[-3000:]
-                plain["SKALD_COMPACTION"] = TINY_COMPACTION
-            crashing = dict(plain, SKALD_FAILPOINTS=point, SKALD_FAILPOINTS_ONCE=str(workdir / "fired"))
-            if scenario in ("turn", "compaction", "child"):
-                worker = _child("turn", workdir, crashing)
-            else:
-                parked = _child("park", workdir, plain)
-                assert parked.returncode == 0, parked.stderr[-3000:]
-                worker = _child("approve", workdir, crashing)
-            recovered = _child("recover", workdir, plain)
-            assert recovered.returncode == 0, recovered.stderr[-3000:]
-            report: dict[str, Any] = json.loads(recovered.stdout.strip().splitlines()[-1])
+            yield workdir, name
         finally:
             if db.kind == "postgresql":
                 pg_admin(db.server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        report.update(point=point, scenario=scenario, died=worker.returncode == -signal.SIGKILL,
-                      worker_stderr=worker.stderr[-2000:] if worker.returncode not in (0, -signal.SIGKILL) else "")
-        return report
+
+
+def with_worker(report: dict[str, Any], worker: subprocess.CompletedProcess[str], **facts: str) -> dict[str, Any]:
+    """The recovered run's report, with whether the crashing worker died of the kill (and its stderr
+    when it ended any other way)."""
+    report.update(facts, died=worker.returncode == -signal.SIGKILL,
+                  worker_stderr=worker.stderr[-2000:] if worker.returncode not in (0, -signal.SIGKILL) else "")
+    return report
+
+
+def crash_once(db: Database, scenario: str, point: str, number: int = 0) -> dict[str, Any]:
+    """One run: crash at ``point`` during ``scenario``, restart, recover; the report's invariants."""
+    with run_copy(db, "skald-crash", number) as (workdir, name):
+        plain = _env(workdir, {**db.env_for(name), **({"CRASH_DELEGATE": "1"} if scenario.startswith("child")
+                                                       else {})})
+        if scenario == "compaction":  # a history under the default threshold, then tiny ones
+            history = _child("history", workdir, plain)
+            assert history.returncode == 0, history.stderr[-3000:]
+            plain["SKALD_COMPACTION"] = TINY_COMPACTION
+        crashing = dict(plain, SKALD_FAILPOINTS=point, SKALD_FAILPOINTS_ONCE=str(workdir / "fired"))
+        if scenario in ("turn", "compaction", "child"):
+            worker = _child("turn", workdir, crashing)
+        else:
+            parked = _child("park", workdir, plain)
+            assert parked.returncode == 0, parked.stderr[-3000:]
+            worker = _child("approve", workdir, crashing)
+        recovered = _child("recover", workdir, plain)
+        assert recovered.returncode == 0, recovered.stderr[-3000:]
+        report: dict[str, Any] = json.loads(recovered.stdout.strip().splitlines()[-1])
+    return with_worker(report, worker, point=point, scenario=scenario)
 
 
 def violations(report: dict[str, Any]) -> list[str]:

@@ -11,17 +11,22 @@ processes (:mod:`tests.e2e.crash_jobs_worker`): a setup role, a crashing role wi
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from tests.e2e import crash
-from tests.e2e.crash import Database, _env, campaign_parser, database, database_kinds, forked_children, pg_admin
+from tests.e2e.crash import (
+    Database,
+    _env,
+    campaign_parser,
+    database,
+    database_kinds,
+    forked_children,
+    run_copy,
+    with_worker,
+)
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 WORKER = "tests.e2e.crash_jobs_worker"
@@ -50,32 +55,17 @@ def _child(role: str, workdir: Path, env: dict[str, str]) -> subprocess.Complete
 def crash_once(db: Database, scenario: str, point: str, number: int = 0) -> dict[str, Any]:
     """One run: set up ``scenario``, die at ``point``, sweep as the restarted worker; its report."""
     setup, crashing = SCENARIOS[scenario]
-    with tempfile.TemporaryDirectory(prefix="skald-crash-jobs-") as tmp:
-        workdir = Path(tmp)
-        (workdir / "fired").mkdir()
-        if db.kind == "sqlite":
-            name = str(workdir / "run.sqlite3")
-            shutil.copyfile(db.template, name)
-        else:
-            name = f"skald_crash_jobs_{os.getpid()}_{number}"
-            pg_admin(db.server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
-                     f'CREATE DATABASE "{name}" TEMPLATE "{db.template}"')
-        try:
-            queued = _env(workdir, {**db.env_for(name), "SKALD_SYNC_TASKS": "0"})  # no worker takes the queue
-            inline = dict(queued, SKALD_SYNC_TASKS="1")  # this process is the worker
-            prepared = _child(setup, workdir, queued)
-            assert prepared.returncode == 0, prepared.stderr[-3000:]
-            worker = _child(crashing, workdir, dict(inline, SKALD_FAILPOINTS=point,
-                                                   SKALD_FAILPOINTS_ONCE=str(workdir / "fired")))
-            recovered = _child("recover", workdir, inline)
-            assert recovered.returncode == 0, recovered.stderr[-3000:]
-            report: dict[str, Any] = json.loads(recovered.stdout.strip().splitlines()[-1])
-        finally:
-            if db.kind == "postgresql":
-                pg_admin(db.server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        report.update(point=point, scenario=scenario, died=worker.returncode == -signal.SIGKILL,
-                      worker_stderr=worker.stderr[-2000:] if worker.returncode not in (0, -signal.SIGKILL) else "")
-        return report
+    with run_copy(db, "skald-crash-jobs", number) as (workdir, name):
+        queued = _env(workdir, {**db.env_for(name), "SKALD_SYNC_TASKS": "0"})  # no worker takes the queue
+        inline = dict(queued, SKALD_SYNC_TASKS="1")  # this process is the worker
+        prepared = _child(setup, workdir, queued)
+        assert prepared.returncode == 0, prepared.stderr[-3000:]
+        worker = _child(crashing, workdir, dict(inline, SKALD_FAILPOINTS=point,
+                                               SKALD_FAILPOINTS_ONCE=str(workdir / "fired")))
+        recovered = _child("recover", workdir, inline)
+        assert recovered.returncode == 0, recovered.stderr[-3000:]
+        report: dict[str, Any] = json.loads(recovered.stdout.strip().splitlines()[-1])
+    return with_worker(report, worker, point=point, scenario=scenario)
 
 
 def violations(report: dict[str, Any]) -> list[str]:

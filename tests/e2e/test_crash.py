@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from django.db import connection
 
-from tests.e2e.crash import CASES, Database, crash_once, database, forked_children, violations
+from tests.e2e.crash import CASES, crash_once, violations
 from tests.e2e.crash_stack import CASES as STACK_CASES
 from tests.e2e.crash_stack import crash_once as stack_crash_once
 from tests.loop.providers.fake_openai_server import FakeOpenAIServer
@@ -24,17 +24,6 @@ from tests.loop.providers.fake_openai_server import FakeOpenAIServer
 # their own) does not depend on the database, and each costs three stack boots; the row locks and
 # lease claims a recovery takes on PostgreSQL are the kernel cases' and tests/skald/test_races.py's.
 pytestmark = [pytest.mark.e2e]
-
-
-@pytest.fixture(scope="module")
-def crash_db() -> Iterator[Database]:
-    with forked_children():  # the same worker processes, started from a pre-imported fork server
-        if connection.vendor == "postgresql":
-            with database("postgresql", os.environ["DATABASE_URL"]) as db:
-                yield db
-        else:
-            with database("sqlite") as db:
-                yield db
 
 
 @pytest.mark.db_sensitive

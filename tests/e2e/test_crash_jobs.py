@@ -9,28 +9,12 @@ case of the table N times.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-
 import pytest
-from django.db import connection
 
-from tests.e2e.crash import Database, database, forked_children
 from tests.e2e.crash_jobs import CASES, SUITE_CASES, crash_once, violations
 
 pytestmark = [pytest.mark.e2e]
 assert set(SUITE_CASES) <= set(CASES)
-
-
-@pytest.fixture(scope="module")
-def crash_db() -> Iterator[Database]:
-    with forked_children():
-        if connection.vendor == "postgresql":
-            with database("postgresql", os.environ["DATABASE_URL"]) as db:
-                yield db
-        else:
-            with database("sqlite") as db:
-                yield db
 
 
 @pytest.mark.db_sensitive

@@ -9,13 +9,11 @@ lease; worker B takes over (the command is recorded ``interrupted``) and writes 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
-from django.db import connection
 
-from tests.e2e.crash import Database, database
+from tests.e2e.crash import Database, pass_database
 from tests.e2e.crash_zombie import violations, zombie_once
 from tests.e2e.zombie_worker import NEWER
 
@@ -24,12 +22,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.db_sensitive]
 
 @pytest.fixture(scope="module")
 def zombie_db() -> Iterator[Database]:
-    if connection.vendor == "postgresql":
-        with database("postgresql", os.environ["DATABASE_URL"]) as db:
-            yield db
-    else:
-        with database("sqlite") as db:
-            yield db
+    with pass_database() as db:
+        yield db
 
 
 def test_a_worker_stopped_past_its_lease_never_applies_its_stale_write(zombie_db):

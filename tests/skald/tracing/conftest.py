@@ -2,6 +2,7 @@
 and ``spans``: tracing on, every ended span in the SDK's in-memory exporter."""
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -11,9 +12,18 @@ from tests.loop.conftest import alice, audit, bus, clock, make_env, session, sto
 from tests.loop.providers.conftest import make_profile, make_provider, resolver, secret_root, server  # noqa: F401
 
 
+@contextmanager
+def recorded(*, capture: bool) -> Iterator[InMemorySpanExporter]:
+    """Tracing on in this process for the block, every span into the SDK's in-memory exporter."""
+    exporter = InMemorySpanExporter()
+    configure(exporter=exporter, capture=capture)
+    try:
+        yield exporter
+    finally:
+        otel.shutdown()
+
+
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    configure(exporter=exporter, capture=False)
-    yield exporter
-    otel.shutdown()
+    with recorded(capture=False) as exporter:
+        yield exporter

@@ -30,6 +30,7 @@ from tests.loop.compaction.conftest import SMALL, scripted_model
 from tests.loop.conftest import ECHO
 from tests.loop.fakes import ScriptedGate
 from tests.loop.test_delegation import Delegate, TreeProvider, agent
+from tests.skald.tracing.conftest import recorded
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -170,10 +171,8 @@ def _leaky(arguments: Mapping[str, Any], context: ToolContext) -> str:
 
 @pytest.fixture
 def captured() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    configure(exporter=exporter, capture=True)
-    yield exporter
-    otel.shutdown()
+    with recorded(capture=True) as exporter:
+        yield exporter
 
 
 def test_content_capture_records_screened_text_and_never_a_secret(make_env, captured):
